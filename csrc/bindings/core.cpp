@@ -1,0 +1,153 @@
+// The one binding file: the Python face of the native core. Logic lives on either side.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "../callpath/python_walk.h"
+#include "../cct/capture.h"
+#include "../gpu/gpu.h"
+#include "deepcontext/c_api.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+std::atomic<uint64_t> g_py_handles{1ULL << 62};  // dispatch-tier handles, disjoint from torch's
+nb::object* g_op_observer = nullptr;
+
+void py_observer(const char* name, int phase, uint32_t node) {
+  PyGILState_STATE st = PyGILState_Ensure();
+  if (g_op_observer != nullptr) {
+    try {
+      nb::object n = name ? nb::object(nb::str(name)) : nb::none();
+      (*g_op_observer)(n, phase, node);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("deepcontext monitor callback");
+    }
+  }
+  PyGILState_Release(st);
+}
+
+int api_enabled() { return dc::is_enabled() ? 1 : 0; }
+void api_op_enter(const char* n, uint64_t h, int64_t s, uint64_t r, uint64_t f, int b) {
+  dc::op_enter(n, h, s, r, f, b != 0);
+}
+void api_note(const char* text) { dc::add_note(text ? text : ""); }
+
+dc_api g_api = {DC_API_VERSION, api_op_enter, dc::op_exit, api_enabled, dc::current_node,
+                dc::child_node,  dc::metric_id,  dc::add_metric, api_note};
+
+using NodeRow = std::tuple<uint32_t, uint32_t>;
+using FrameRow = std::tuple<std::string, std::string, std::string, int, std::string>;
+using MetricRow = std::tuple<uint32_t, uint32_t, double>;
+
+// Everything the Python side needs to rebuild the tree, copied under the lock.
+std::tuple<std::vector<NodeRow>, std::vector<FrameRow>, std::vector<std::string>,
+           std::vector<MetricRow>>
+snapshot() {
+  std::vector<NodeRow> nodes;
+  std::vector<FrameRow> frames;
+  std::vector<MetricRow> metrics;
+  std::vector<std::string> names;
+  {
+    dc::Tree& t = dc::tree();
+    std::lock_guard<std::mutex> g(dc::tree().mu);
+    dc::drain_all_locked();
+    nodes.reserve(t.nodes.size());
+    for (size_t i = 0; i < t.nodes.size(); ++i) {
+      const auto& n = t.nodes[i];
+      nodes.emplace_back(n.parent, n.frame);
+      for (size_t m = 0; m < n.metrics.size(); ++m)
+        if (n.metrics[m] != 0.0) metrics.emplace_back(static_cast<uint32_t>(i), m, n.metrics[m]);
+    }
+    frames.reserve(t.frames.size());
+    for (const auto& f : t.frames)
+      frames.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);
+    names = t.metric_names;
+  }
+  return {std::move(nodes), std::move(frames), std::move(names), std::move(metrics)};
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "DeepContext native core: Python frame walk, operator stack, sampler, tree.";
+
+  m.def("start", [](bool python, bool ops, bool sample, double interval) {
+        dc::Options o;
+        o.python = python;
+        o.ops = ops;
+        o.sample = sample;
+        o.sample_interval = interval;
+        dc::start(o);
+      }, "python"_a = true, "ops"_a = true, "sample"_a = true, "interval"_a = 0.01);
+  m.def("stop", [] {
+    dc::stop();
+    dc::gpu_flush();
+  });
+  m.def("enabled", &dc::is_enabled);
+  m.def("set_paused", &dc::set_paused, "paused"_a);
+  m.def("reset_metrics", &dc::reset_metrics);
+  m.def("resolve", [] {
+    std::lock_guard<std::mutex> g(dc::tree().mu);
+    dc::drain_all_locked();
+  }, "Fold buffered CPU samples into the tree.");
+  m.def("register_thread", &dc::register_current_thread,
+        "Register the calling thread with the sampler.");
+  m.def("register_other_thread", [](unsigned long ident, long native_id) {
+        dc::register_thread(ident, static_cast<pid_t>(native_id));
+      }, "ident"_a, "native_id"_a);
+  m.def("op_enter", [](const std::string& name, int64_t seq_nr, bool is_backward, uint64_t fwd_tid,
+                       uint64_t rf_tid) {
+        uint64_t h = g_py_handles.fetch_add(1);
+        dc::op_enter(name.c_str(), h, seq_nr, rf_tid, fwd_tid, is_backward);
+        return h;
+      }, "name"_a, "seq_nr"_a = -1, "is_backward"_a = false, "fwd_tid"_a = 0, "rf_tid"_a = 0);
+  m.def("op_exit", &dc::op_exit, "handle"_a);
+  m.def("current_node", &dc::current_node);
+  m.def("child_node", [](uint32_t parent, int kind, const std::string& name,
+                         const std::string& extra) {
+        return dc::child_node(parent, kind, name.c_str(), extra.c_str());
+      });
+  m.def("metric_id", [](const std::string& n) { return dc::metric_id(n.c_str()); });
+  m.def("add_metric", &dc::add_metric);
+  m.def("note", [](const std::string& s) { dc::add_note(s); });
+  m.def("notes", &dc::notes_joined);
+  m.def("dropped_samples", &dc::dropped_samples);
+  m.def("snapshot", &snapshot);
+  m.def("path_frames", [](uint32_t node) {
+    std::vector<FrameRow> out;
+    dc::Tree& t = dc::tree();
+    std::lock_guard<std::mutex> g(dc::tree().mu);
+    while (node > 0 && node < t.nodes.size()) {
+      const auto& f = t.frames[t.nodes[node].frame];
+      out.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);
+      node = t.nodes[node].parent;
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+  }, "node"_a, "Frames from the root to a node, outermost first.");
+  m.def("walk_depth", [] {
+    dc_raw_frame buf[dc::kMaxPyDepth];
+    return dc_walk_python(dc_this_thread_state(), buf, dc::kMaxPyDepth);
+  }, "Number of Python frames the native walk sees on this thread (for tests).");
+  m.def("set_op_observer", [](nb::object cb) {
+    if (cb.is_none()) {
+      dc::set_op_observer(nullptr);
+      return;
+    }
+    if (g_op_observer == nullptr) g_op_observer = new nb::object();
+    *g_op_observer = cb;
+    dc::set_op_observer(py_observer);
+  }, "callback"_a.none());
+  m.def("gpu_start", &dc::gpu_start, "Start CUPTI capture; returns '' or why it is off.");
+  m.def("gpu_flush", &dc::gpu_flush);
+  m.def("gpu_available", &dc::gpu_compiled);
+  m.attr("c_api") = nb::capsule(&g_api, DC_API_CAPSULE);
+  m.attr("API_VERSION") = DC_API_VERSION;
+}

@@ -1,0 +1,32 @@
+// Reading the calling thread's Python frames without the GIL (see python_walk.c).
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dc_raw_frame {
+  const void* frame;  // interpreter frame address: identity while the frame is live
+  void* code;         // PyCodeObject*
+  int32_t offset;     // bytecode offset in bytes, for PyCode_Addr2Line
+  int32_t firstlineno;     // fingerprint: checked before a late resolution trusts `code`
+  const void* filename;    // fingerprint: the code's co_filename object
+} dc_raw_frame;
+
+// Fills `out` innermost first; returns the count (at most `max`). Safe without the GIL for the
+// calling thread, including from a signal handler: it only reads.
+int dc_walk_python(void* tstate, dc_raw_frame* out, int max);
+
+// Copies the file, qualified name and line of a code object that is alive (its frame is on the
+// calling thread's stack) into the buffers, NUL-terminated and truncated. Pure reads: no GIL,
+// no allocation, safe in a signal handler. Returns the line.
+int dc_describe_code(void* code, int32_t offset, char* file, int file_cap, char* name,
+                     int name_cap);
+
+// The calling thread's PyThreadState, or NULL (no GIL needed).
+void* dc_this_thread_state(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,444 @@
+#include "capture.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace dc {
+
+
+namespace {
+
+std::atomic<bool> g_enabled{false};
+Options g_opts;
+int g_magic;  // its address tags our timer signals
+struct sigaction g_old_action;
+bool g_handler_installed = false;
+OpObserver g_observer = nullptr;
+
+uint32_t m_cpu_time, m_op_time, m_op_count;
+
+// Thread registry: tid -> state, readable lock-free from the signal handler.
+constexpr int kSlots = 8192;
+std::atomic<ThreadState*> g_slots[kSlots];
+std::mutex g_registry_mu;
+std::vector<ThreadState*> g_threads;  // every state ever made, for drains and stop()
+thread_local ThreadState* t_state = nullptr;
+
+std::mutex g_notes_mu;
+std::vector<std::string> g_notes;
+
+// Backward context: (forward thread, sequence number) -> forward Python node. Direct-mapped and
+// bounded: sequence numbers grow forever, and a backward pass only looks at recent ones.
+constexpr uint64_t kSeqSlots = 1 << 18;
+struct SeqSlot {
+  uint64_t tid;
+  int64_t seq;
+  uint32_t node;
+};
+SeqSlot* g_seq = nullptr;
+
+pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+ThreadState* lookup(pid_t tid) {
+  unsigned h = static_cast<unsigned>(tid) % kSlots;
+  for (int i = 0; i < kSlots; ++i) {
+    ThreadState* s = g_slots[(h + i) % kSlots].load(std::memory_order_acquire);
+    if (s == nullptr) return nullptr;
+    if (s->tid == tid) return s;
+  }
+  return nullptr;
+}
+
+ThreadState* get_or_make(pid_t tid) {
+  ThreadState* s = lookup(tid);
+  if (s) return s;
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  if ((s = lookup(tid))) return s;
+  s = new ThreadState();
+  s->tid = tid;
+  s->ring = new Sample[kRing];
+  unsigned h = static_cast<unsigned>(tid) % kSlots;
+  for (int i = 0; i < kSlots; ++i) {
+    auto& slot = g_slots[(h + i) % kSlots];
+    if (slot.load() == nullptr) {
+      slot.store(s, std::memory_order_release);
+      break;
+    }
+  }
+  g_threads.push_back(s);
+  return s;
+}
+
+void arm_timer(ThreadState* s, clockid_t clock) {
+  if (s->has_timer || !g_opts.sample) return;
+  struct sigevent sev;
+  std::memset(&sev, 0, sizeof(sev));
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGPROF;
+  sev.sigev_value.sival_ptr = &g_magic;
+#ifdef sigev_notify_thread_id
+  sev.sigev_notify_thread_id = s->tid;
+#else
+  sev._sigev_un._tid = s->tid;
+#endif
+  if (timer_create(clock, &sev, &s->timer) != 0) return;
+  struct itimerspec its;
+  auto ns = static_cast<long>(g_opts.sample_interval * 1e9);
+  its.it_interval.tv_sec = ns / 1000000000L;
+  its.it_interval.tv_nsec = ns % 1000000000L;
+  its.it_value = its.it_interval;
+  if (timer_settime(s->timer, 0, &its, nullptr) != 0) {
+    timer_delete(s->timer);
+    return;
+  }
+  s->has_timer = true;
+}
+
+ThreadState* this_thread() {
+  ThreadState* s = t_state;
+  if (s) return s;
+  s = get_or_make(gettid_());
+  t_state = s;
+  if (g_enabled.load(std::memory_order_relaxed)) {
+    clockid_t c;
+    if (pthread_getcpuclockid(pthread_self(), &c) == 0) arm_timer(s, c);
+  }
+  return s;
+}
+
+// Where frame descriptions come from: the live stack (op path) or a sample's copies (drain).
+struct Describer {
+  const Sample* sample = nullptr;  // null: the frames are live on this thread
+  uint32_t frame(Tree& t, const dc_raw_frame* buf, int i) const {
+    if (sample == nullptr) return t.python_frame(buf[i], true);
+    const CodeInfo* info = nullptr;
+    for (int j = 0; j < sample->n_new; ++j)
+      if (sample->new_index[j] == i) info = &sample->news[j];
+    return t.python_frame(buf[i], false, info);
+  }
+};
+
+// Python frames buf[from-1 .. 0] (outer to inner) under `base`.
+uint32_t intern_under(Tree& t, const Describer& d, uint32_t base, const dc_raw_frame* buf,
+                      int from) {
+  uint32_t node = base;
+  for (int i = from - 1; i >= 0; --i) node = t.child(node, d.frame(t, buf, i));
+  return node;
+}
+
+// A full Python path from the root, reusing the longest common prefix with the last one.
+uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_frame* buf, int n) {
+  uint32_t node = 0;
+  if (n >= kMaxPyDepth) node = t.child(0, t.named_frame(Kind::Marker, "<truncated>"));
+  if (s == nullptr) return intern_under(t, d, node, buf, n);
+  int common = 0;
+  while (common < n && common < s->cache_n) {
+    if (python_key(buf[n - 1 - common]) != s->cache_key[common]) break;
+    ++common;
+  }
+  if (common > 0) node = s->cache_node[common - 1];
+  for (int i = common; i < n; ++i) {
+    node = t.child(node, d.frame(t, buf, n - 1 - i));
+    s->cache_key[i] = python_key(buf[n - 1 - i]);
+    s->cache_node[i] = node;
+  }
+  s->cache_n = n;
+  return node;
+}
+
+// The context node for Python frames `buf` (innermost first) with `top` the innermost open op.
+// Sets *py_node to the innermost Python node of that context.
+uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
+                  bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
+                  uint32_t* py_node) {
+  if (!has_op) {
+    uint32_t node = n > 0 ? intern_full(t, d, cache, buf, n) : 0;
+    if (py_node) *py_node = node;
+    return node;
+  }
+  int k = 0;  // frames newer than the op's own frame
+  if (op_frame == nullptr) {
+    k = n;
+  } else {
+    while (k < n && buf[k].frame != op_frame) ++k;
+    if (k == n) k = 0;  // its frame is gone (should not happen): attach to the op itself
+  }
+  if (k == 0) {
+    if (py_node) *py_node = op_py_node;
+    return op_node;
+  }
+  uint32_t node = intern_under(t, d, op_node, buf, k);
+  if (py_node) *py_node = node;
+  return node;
+}
+
+void drain_locked(Tree& t, ThreadState* s) {
+  bool expected = false;
+  if (!s->draining.compare_exchange_strong(expected, true)) return;
+  uint32_t tail = s->tail.load(std::memory_order_relaxed);
+  uint32_t head = s->head.load(std::memory_order_acquire);
+  for (; tail != head; ++tail) {
+    const Sample& smp = s->ring[tail % kRing];
+    Describer d{&smp};
+    uint32_t node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
+                             smp.op_py_node, smp.op_frame, nullptr);
+    t.add(node, m_cpu_time, smp.weight * g_opts.sample_interval);
+  }
+  s->tail.store(tail, std::memory_order_release);
+  s->draining.store(false);
+}
+
+void on_sigprof(int sig, siginfo_t* info, void* uctx) {
+  if (info == nullptr || info->si_code != SI_TIMER || info->si_value.sival_ptr != &g_magic) {
+    // Not ours: chain to whatever handler was there before.
+    if (g_old_action.sa_flags & SA_SIGINFO) {
+      if (g_old_action.sa_sigaction) g_old_action.sa_sigaction(sig, info, uctx);
+    } else if (g_old_action.sa_handler != SIG_DFL && g_old_action.sa_handler != SIG_IGN) {
+      g_old_action.sa_handler(sig);
+    }
+    return;
+  }
+  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  int saved_errno = errno;
+  ThreadState* s = lookup(gettid_());
+  if (s != nullptr && s->ring != nullptr) {
+    uint32_t head = s->head.load(std::memory_order_relaxed);
+    if (head - s->tail.load(std::memory_order_acquire) >= kRing) {
+      s->dropped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      Sample& smp = s->ring[head % kRing];
+      int overrun = timer_getoverrun(s->timer);
+      smp.weight = 1 + (overrun > 0 ? overrun : 0);
+      int d = s->depth.load(std::memory_order_acquire);
+      smp.has_op = d > 0;
+      if (d > 0) {
+        const OpEntry& top = s->ops[d - 1];
+        smp.op_node = top.node;
+        smp.op_py_node = top.py_node;
+        smp.op_frame = top.py_frame;
+      }
+      smp.n = g_opts.python ? dc_walk_python(dc_this_thread_state(), smp.frames, kMaxPyDepth) : 0;
+      // Describe first sightings now, while their code objects are certainly alive.
+      smp.n_new = 0;
+      for (int i = 0; i < smp.n && smp.n_new < kMaxNew; ++i) {
+        if (known_python_key(python_key(smp.frames[i]))) continue;
+        CodeInfo& ci = smp.news[smp.n_new];
+        ci.line = dc_describe_code(smp.frames[i].code, smp.frames[i].offset, ci.file,
+                                   sizeof(ci.file), ci.name, sizeof(ci.name));
+        smp.new_index[smp.n_new++] = i;
+      }
+      s->head.store(head + 1, std::memory_order_release);
+    }
+  }
+  errno = saved_errno;
+}
+
+void install_handler() {
+  if (g_handler_installed) return;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = on_sigprof;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  // Never restored: a timer signal still in flight after stop() must not hit SIG_DFL (which
+  // terminates the process). Disabled, the handler returns at once.
+  if (sigaction(SIGPROF, &sa, &g_old_action) == 0) g_handler_installed = true;
+}
+
+}  // namespace
+
+void start(const Options& opts) {
+  Tree& t = tree();
+  m_cpu_time = t.metric_id("cpu.time");
+  m_op_time = t.metric_id("op.time");
+  m_op_count = t.metric_id("op.count");
+  g_opts = opts;
+  if (g_seq == nullptr) g_seq = new SeqSlot[kSeqSlots]();
+  if (opts.sample) install_handler();
+  g_enabled.store(true);
+}
+
+void stop() {
+  g_enabled.store(false);
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  for (ThreadState* s : g_threads) {
+    if (s->has_timer) {
+      timer_delete(s->timer);
+      s->has_timer = false;
+    }
+  }
+}
+
+bool is_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+void set_paused(bool paused) { g_enabled.store(!paused); }
+
+void reset_metrics() {
+  Tree& t = tree();
+  std::lock_guard<std::mutex> g(t.mu);
+  drain_all_locked();
+  for (auto& n : t.nodes) std::fill(n.metrics.begin(), n.metrics.end(), 0.0);
+}
+
+void register_current_thread() {
+  ThreadState* s = this_thread();
+  clockid_t c;
+  if (g_enabled.load() && !s->has_timer && pthread_getcpuclockid(pthread_self(), &c) == 0)
+    arm_timer(s, c);
+}
+
+void register_thread(unsigned long pthread_id, pid_t tid) {
+  ThreadState* s = get_or_make(tid);
+  clockid_t c;
+  if (g_enabled.load() && pthread_getcpuclockid(static_cast<pthread_t>(pthread_id), &c) == 0)
+    arm_timer(s, c);
+}
+
+void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
+              uint64_t fwd_tid, bool is_backward) {
+  if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;
+  ThreadState* s = this_thread();
+  int d = s->depth.load(std::memory_order_relaxed);
+  if (d >= kMaxOpDepth) {
+    ++s->overflow;
+    return;
+  }
+  dc_raw_frame buf[kMaxPyDepth];
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  Tree& t = tree();
+  uint32_t node, py_node = 0;
+  {
+    std::lock_guard<std::mutex> g(t.mu);
+    if (s->head.load(std::memory_order_relaxed) != s->tail.load(std::memory_order_relaxed))
+      drain_locked(t, s);
+    uint32_t parent = UINT32_MAX;
+    bool graft = is_backward && seq_nr >= 0 && !(top && top->seq_nr == seq_nr);
+    if (graft) {
+      const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
+      if (slot.seq == seq_nr && slot.tid == fwd_tid && slot.node != 0) {
+        py_node = slot.node;
+        parent = t.child(py_node, t.named_frame(Kind::Marker, "backward"));
+      }
+    }
+    if (parent == UINT32_MAX) {
+      Describer live;
+      parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame,
+                              &py_node)
+                   : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
+    }
+    node = t.child(parent, t.named_frame(Kind::Op, name));
+    if (!is_backward && seq_nr >= 0) {
+      SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
+      if (!(slot.seq == seq_nr && slot.tid == rf_tid)) slot = SeqSlot{rf_tid, seq_nr, py_node};
+    }
+  }
+  OpEntry& e = s->ops[d];
+  e.node = node;
+  e.py_node = py_node;
+  e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.handle = handle;
+  e.seq_nr = is_backward ? seq_nr : (top ? top->seq_nr : -1);
+  e.child_ns = 0;
+  e.t0_ns = now_ns();
+  s->depth.store(d + 1, std::memory_order_release);
+  if (g_observer) g_observer(name, 0, node);
+}
+
+void op_exit(uint64_t handle) {
+  ThreadState* s = t_state;
+  if (s == nullptr) return;
+  if (s->overflow > 0) {
+    --s->overflow;
+    return;
+  }
+  int d = s->depth.load(std::memory_order_relaxed);
+  if (d == 0 || s->ops[d - 1].handle != handle) return;
+  OpEntry& e = s->ops[d - 1];
+  int64_t elapsed = now_ns() - e.t0_ns;
+  s->depth.store(d - 1, std::memory_order_release);
+  if (d >= 2) s->ops[d - 2].child_ns += elapsed;
+  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  Tree& t = tree();
+  {
+    std::lock_guard<std::mutex> g(t.mu);
+    t.add(e.node, m_op_time, (elapsed - e.child_ns) * 1e-9);
+    t.add(e.node, m_op_count, 1.0);
+  }
+  if (g_observer) g_observer(nullptr, 1, e.node);
+}
+
+uint32_t current_node() {
+  ThreadState* s = this_thread();
+  dc_raw_frame buf[kMaxPyDepth];
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  int d = s->depth.load(std::memory_order_relaxed);
+  Tree& t = tree();
+  std::lock_guard<std::mutex> g(t.mu);
+  Describer live;
+  if (d > 0) {
+    const OpEntry& top = s->ops[d - 1];
+    return node_for(t, live, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);
+  }
+  return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
+}
+
+uint32_t child_node(uint32_t parent, int kind, const char* name, const char* extra) {
+  Tree& t = tree();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (parent >= t.nodes.size()) parent = 0;
+  return t.child(parent, t.named_frame(static_cast<Kind>(kind), name ? name : "",
+                                       extra ? extra : ""));
+}
+
+void add_metric(uint32_t node, uint32_t metric, double value) {
+  Tree& t = tree();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (node < t.nodes.size()) t.add(node, metric, value);
+}
+
+uint32_t metric_id(const char* name) { return tree().metric_id(name); }
+
+void add_note(const std::string& text) {
+  std::lock_guard<std::mutex> g(g_notes_mu);
+  for (const auto& n : g_notes)
+    if (n == text) return;
+  g_notes.push_back(text);
+}
+
+std::string notes_joined() {
+  std::lock_guard<std::mutex> g(g_notes_mu);
+  std::string out;
+  for (const auto& n : g_notes) out.append(n).push_back('\n');
+  return out;
+}
+
+void drain_all_locked() {
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  for (ThreadState* s : g_threads) drain_locked(tree(), s);
+}
+
+uint64_t dropped_samples() {
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  uint64_t total = 0;
+  for (ThreadState* s : g_threads) total += s->dropped.load();
+  return total;
+}
+
+void set_op_observer(OpObserver obs) { g_observer = obs; }
+
+}  // namespace dc

@@ -1,0 +1,100 @@
+// Per-thread capture state: the operator shadow stack, the CPU-time sampler's ring, and the
+// functions that turn "where this thread is now" into a tree node.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+#include <time.h>
+
+#include "../callpath/python_walk.h"
+#include "tree.h"
+
+namespace dc {
+
+constexpr int kMaxPyDepth = 256;  // deeper stacks keep their innermost frames under <truncated>
+constexpr int kMaxOpDepth = 128;
+constexpr int kRing = 16;         // samples buffered per thread between drains
+constexpr int kMaxNew = 48;       // frames a sample can describe (first sightings)
+
+struct OpEntry {
+  uint32_t node;
+  uint32_t py_node;      // innermost Python context node of this op
+  const void* py_frame;  // innermost interpreter frame when the op began (nullptr: none)
+  uint64_t handle;
+  int64_t seq_nr;        // >= 0 for a backward node's op (to nest its own re-entries)
+  int64_t t0_ns;
+  int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
+};
+
+struct Sample {
+  int n;
+  int weight;
+  bool has_op;
+  uint32_t op_node;
+  uint32_t op_py_node;
+  const void* op_frame;
+  dc_raw_frame frames[kMaxPyDepth];
+  int n_new;
+  int new_index[kMaxNew];  // frames[new_index[i]] is described by news[i]
+  CodeInfo news[kMaxNew];
+};
+
+struct ThreadState {
+  pid_t tid = 0;
+  OpEntry ops[kMaxOpDepth];
+  std::atomic<int> depth{0};
+  int overflow = 0;  // pushes beyond kMaxOpDepth, ignored but counted so pops stay balanced
+  Sample* ring = nullptr;
+  std::atomic<uint32_t> head{0}, tail{0};
+  std::atomic<uint32_t> dropped{0};
+  std::atomic<bool> draining{false};
+  timer_t timer{};
+  bool has_timer = false;
+  // Owner-only prefix cache of the last full Python path, outermost first.
+  int cache_n = 0;
+  uint64_t cache_key[kMaxPyDepth];
+  uint32_t cache_node[kMaxPyDepth];
+};
+
+struct Options {
+  bool python = true;         // Python frames in every context
+  bool ops = true;            // operator layer (fed by the torch hook or the dispatch tier)
+  bool sample = true;         // CPU-time sampler
+  double sample_interval = 0.01;  // seconds of thread CPU time per sample
+};
+
+// Lifecycle (GIL held).
+void start(const Options& opts);
+void stop();
+bool is_enabled();
+// Pause keeps timers and hooks installed but records nothing (schedule wait phases).
+void set_paused(bool paused);
+// Zeroes every metric, keeping the nodes (end of a warm-up phase).
+void reset_metrics();
+// Registers the calling thread (timer included); called from Python for every thread.
+void register_current_thread();
+// Registers another thread by pthread id and kernel tid (threads alive when capture starts).
+void register_thread(unsigned long pthread_id, pid_t tid);
+
+// Hot paths, callable without the GIL.
+void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
+              uint64_t fwd_tid, bool is_backward);
+void op_exit(uint64_t handle);
+uint32_t current_node();
+uint32_t child_node(uint32_t parent, int kind, const char* name, const char* extra);
+void add_metric(uint32_t node, uint32_t metric, double value);
+uint32_t metric_id(const char* name);
+void add_note(const std::string& text);
+
+// Folds every thread's buffered samples into the tree (caller holds tree().mu).
+void drain_all_locked();
+// Notes accumulated for the profile metadata.
+std::string notes_joined();
+uint64_t dropped_samples();
+
+// Observer for the monitor's Python callbacks on the torch.op domain (phase 0 enter, 1 exit).
+using OpObserver = void (*)(const char* name, int phase, uint32_t node);
+void set_op_observer(OpObserver obs);
+
+}  // namespace dc

@@ -1,0 +1,11 @@
+// Built when no CUPTI headers were found: GPU capture reports why it is off.
+#include "gpu.h"
+
+namespace dc {
+bool gpu_compiled() { return false; }
+std::string gpu_start() {
+  return "GPU capture off: this build of deepcontext found no CUPTI headers (install the "
+         "nvidia-cuda-cupti wheel or set CUDA_HOME, then reinstall)";
+}
+void gpu_flush() {}
+}  // namespace dc

@@ -1,0 +1,37 @@
+/* The C ABI of the DeepContext core, handed to plug-ins (the RecordFunction hook compiled against
+ * the installed torch, the CUPTI layer) through a capsule, so that neither links against the
+ * other. Bump DC_API_VERSION on any change. */
+#ifndef DEEPCONTEXT_C_API_H
+#define DEEPCONTEXT_C_API_H
+#include <stdint.h>
+
+#define DC_API_VERSION 1
+#define DC_API_CAPSULE "deepcontext._core.c_api"
+
+enum dc_frame_kind {
+  DC_KIND_ROOT = 0, DC_KIND_PYTHON, DC_KIND_OP, DC_KIND_NATIVE, DC_KIND_KERNEL,
+  DC_KIND_MEMCPY, DC_KIND_MEMSET, DC_KIND_SYNC, DC_KIND_MARKER, DC_KIND_THREAD,
+  DC_KIND_MODULE, DC_KIND_INSTRUCTION, DC_KIND_COUNT
+};
+
+typedef struct dc_api {
+  uint32_t version;
+  /* Operator entry/exit on the calling thread. handle identifies the event (exit pops only a
+   * matching entry, so callbacks installed mid-op stay balanced). seq_nr < 0 means none;
+   * is_backward marks autograd's BACKWARD_FUNCTION scope, fwd_tid the forward thread. */
+  void (*op_enter)(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
+                   uint64_t fwd_tid, int is_backward);
+  void (*op_exit)(uint64_t handle);
+  /* Whether capture is on (plug-ins skip work when it is not). */
+  int (*enabled)(void);
+  /* The calling thread's current context node (Python path + operator stack). */
+  uint32_t (*current_node)(void);
+  /* The child of `parent` with the given frame; `extra` is "k=v;k=v" or NULL. */
+  uint32_t (*child)(uint32_t parent, int kind, const char* name, const char* extra);
+  uint32_t (*metric_id)(const char* name);
+  void (*add_metric)(uint32_t node, uint32_t metric, double value);
+  /* Report a one-line note into the profile metadata (e.g. why GPU capture is off). */
+  void (*note)(const char* text);
+} dc_api;
+
+#endif

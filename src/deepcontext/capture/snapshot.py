@@ -1,0 +1,49 @@
+"""Rebuild the native tree as a ``CallingContextTree``, hiding the profiler's own frames."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..tree.cct import CallingContextTree
+from ..tree.frame import PYTHON, Frame
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _is_own(file: str) -> bool:
+    """Frames of deepcontext itself (launcher, dispatch tier) are never part of a user's context."""
+    return file.startswith(_PACKAGE_DIR)
+
+
+def _is_launcher(file: str) -> bool:
+    return file in ("<frozen runpy>", "<frozen importlib._bootstrap>",
+                    "<frozen importlib._bootstrap_external>") or file.endswith("/runpy.py")
+
+
+def _parse_extra(extra: str) -> dict[str, str]:
+    out = {}
+    for part in extra.split(";"):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k] = v
+    return out
+
+
+def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
+    nodes, frames, metric_names, metrics = raw
+    made = [Frame.make(kind, name, file, line, **_parse_extra(extra))
+            for kind, name, file, line, extra in frames]
+    tree = CallingContextTree(metadata)
+    mapped = [0] * len(nodes)
+    for i in range(1, len(nodes)):
+        parent, fid = nodes[i]
+        frame = made[fid]
+        p = mapped[parent]
+        if frame.kind == PYTHON and (_is_own(frame.file) or (p == 0 and _is_launcher(frame.file))):
+            mapped[i] = p  # collapse into the caller
+        else:
+            mapped[i] = tree.child(p, frame)
+    for node, mid, value in metrics:
+        tree.add_metric(mapped[node], metric_names[mid], value)
+    return tree

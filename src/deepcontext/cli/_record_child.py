@@ -1,0 +1,20 @@
+"""The profiled program's side of ``record``: start a session from the bootstrap's config."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def start_from_config(config_json: str) -> None:
+    try:
+        from ..capture.session import Session
+
+        cfg = json.loads(config_json)
+        session = Session(cfg["output"], context=cfg["context"], flush_interval=cfg["flush_interval"],
+                          sample_interval=cfg["sample_interval"], force=cfg["force"],
+                          command=cfg["command"])
+        session.announce = True
+        session.start()
+    except Exception as e:  # noqa: BLE001 - never stop the user's program from starting
+        print(f"deepcontext: profiling not started: {e}", file=sys.stderr)

@@ -1,0 +1,196 @@
+"""DLMonitor: the framework-agnostic monitor layer the profiler is built on.
+
+A small interface for any tool that wants multi-layer calling contexts:
+
+- ``init(context=..., sample_interval=...)`` turns the capture sources on (Python frames, the
+  PyTorch operator layer as soon as torch is imported, the GPU layer where CUPTI is available,
+  and a per-thread CPU-time sampler);
+- ``register(domain, callback)`` calls ``callback(event)`` on every event of a domain;
+- ``callpath()`` returns the calling thread's current path (Python frames and operators,
+  outermost first) as ``Frame`` objects;
+- ``finalize()`` turns everything off.
+
+Native aggregation into the calling context tree is always on while initialized; Python
+callbacks are for tools that need each event and cost a GIL round trip per event.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import DeepContextError
+from ..tree.frame import Frame
+
+__all__ = ["DOMAINS", "OpEvent", "init", "register", "unregister", "callpath", "finalize",
+           "initialized"]
+
+#: Domains a callback can be registered on.
+DOMAINS = ("torch.op",)
+
+_state: dict[str, Any] = {"init": False, "notes": [], "torch_tier": None, "tier_handle": None,
+                          "callbacks": {}}
+
+
+@dataclass(frozen=True)
+class OpEvent:
+    """One operator event: ``phase`` is ``"enter"`` or ``"exit"``; ``node`` the context node."""
+
+    domain: str
+    name: str | None
+    phase: str
+    node: int
+
+
+def _core() -> Any:
+    from ..capture.native import core
+
+    return core
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def note(text: str) -> None:
+    """Record a one-line note for the profile (what was not captured and why)."""
+    if text not in _state["notes"]:
+        _state["notes"].append(text)
+
+
+def initialized() -> bool:
+    return bool(_state["init"])
+
+
+def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0.01) -> None:
+    if _state["init"]:
+        raise DeepContextError("the deepcontext monitor is already initialized in this process")
+    core = _core()
+    core.reset_metrics()
+    core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
+               interval=sample_interval or 0.01)
+    from ..capture import threads
+
+    threads.install()
+    _state["init"] = True
+    _state["context"] = context
+    if "op" in context:
+        from ..capture.import_hooks import when_imported
+
+        when_imported("torch", _enable_torch)
+    if "gpu" in context:
+        reason = core.gpu_start()
+        if reason:
+            note(reason)
+    if "native" in context:
+        note("native frames: not available in this build yet; context holds Python and operator frames")
+
+
+def _enable_torch(torch: Any) -> None:
+    if not _state["init"] or _state["torch_tier"] is not None:
+        return
+    from ..capture import torch_ops
+
+    tier, handle = torch_ops.enable(torch, _say)
+    _state["torch_tier"] = tier
+    _state["tier_handle"] = handle
+    _state["torch_version"] = str(torch.__version__)
+    if tier == "dispatch":
+        note("operator layer: TorchDispatchMode tier (the compiled hook could not be built); "
+             "composite operators appear as their parts")
+
+
+def register(domain: str, callback: Callable[[OpEvent], None]) -> None:
+    if domain not in DOMAINS:
+        raise DeepContextError(f"unknown monitor domain {domain!r}; choose from {', '.join(DOMAINS)}")
+    _state["callbacks"].setdefault(domain, []).append(callback)
+    _install_observer()
+
+
+def unregister(domain: str, callback: Callable[[OpEvent], None]) -> None:
+    cbs = _state["callbacks"].get(domain, [])
+    if callback in cbs:
+        cbs.remove(callback)
+    _install_observer()
+
+
+def _install_observer() -> None:
+    cbs = _state["callbacks"].get("torch.op", [])
+    if not cbs:
+        _core().set_op_observer(None)
+        return
+
+    def observer(name: str | None, phase: int, node: int) -> None:
+        event = OpEvent("torch.op", name, "enter" if phase == 0 else "exit", node)
+        for cb in list(cbs):
+            cb(event)
+
+    _core().set_op_observer(observer)
+
+
+def callpath() -> list[Frame]:
+    """The calling thread's current multi-layer path, outermost first (profiler frames hidden)."""
+    if not _state["init"]:
+        raise DeepContextError("call deepcontext.monitor.init() first")
+    from ..capture.snapshot import _is_launcher, _is_own, _parse_extra
+
+    core = _core()
+    frames = [Frame.make(kind, name, file, line, **_parse_extra(extra))
+              for kind, name, file, line, extra in core.path_frames(core.current_node())]
+    return [f for f in frames
+            if not (f.kind == "python" and (_is_own(f.file) or _is_launcher(f.file)))]
+
+
+def pause(paused: bool) -> None:
+    _core().set_paused(paused)
+
+
+def reset_metrics() -> None:
+    _core().reset_metrics()
+
+
+def resolve() -> None:
+    _core().resolve()
+
+
+def snapshot_tree(metadata: dict[str, Any]) -> Any:
+    from ..capture.snapshot import build_tree
+
+    return build_tree(_core().snapshot(), metadata)
+
+
+def metadata() -> dict[str, Any]:
+    core = _core()
+    notes = list(_state["notes"]) + [n for n in core.notes().splitlines() if n]
+    meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
+    if _state.get("torch_tier"):
+        meta["torch"] = _state.get("torch_version")
+        meta["op_tier"] = _state["torch_tier"]
+    return meta
+
+
+def finalize() -> None:
+    if not _state["init"]:
+        return
+    core = _core()
+    core.stop()
+    from ..capture import threads
+
+    threads.uninstall()
+    handle = _state.get("tier_handle")
+    if handle is not None:
+        handle.close()
+    _state["init"] = False
+    _state["torch_tier"] = None
+    _state["tier_handle"] = None
+    core.set_op_observer(None)
+
+
+def _after_fork_in_child() -> None:
+    if _state["init"]:
+        _core().set_paused(True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,109 @@
+"""Terminal report: the top-down (or inverted) tree, or flat totals, drawn with rich."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree as RichTree
+
+from ..tree.cct import CallingContextTree
+from ..tree.frame import KERNEL, MEMCPY, MEMSET, NATIVE, OP, PYTHON, SYNC, Frame
+from ..tree.metrics import format_value, unit_of
+from ..tree.views import FlatRow
+from ._safe import printable
+
+KIND_STYLE = {
+    PYTHON: ("", "green"),
+    OP: ("op ", "cyan"),
+    NATIVE: ("native ", "magenta"),
+    KERNEL: ("kernel ", "bold yellow"),
+    MEMCPY: ("memcpy ", "bold blue"),
+    MEMSET: ("memset ", "blue"),
+    SYNC: ("sync ", "bold red"),
+}
+
+
+def frame_text(frame: Frame) -> Text:
+    tag, style = KIND_STYLE.get(frame.kind, (f"{frame.kind} ", "dim"))
+    t = Text()
+    if tag:
+        t.append(f"[{tag.strip()}] ", style="dim " + style)
+    if frame.kind == PYTHON:
+        t.append(printable(frame.name), style="bold " + style)
+        t.append(f"  {printable(frame.file)}:{frame.line}", style="dim")
+    else:
+        t.append(printable(frame.name), style=style)
+        if frame.kind == NATIVE and frame.file:
+            t.append(f"  {printable(frame.file)}", style="dim")
+    return t
+
+
+def render_tree(console: Console, tree: CallingContextTree, metric: str, *, depth: int | None,
+                threshold: float, title: str) -> None:
+    inc = tree.inclusive_all(metric)
+    total = inc[0]
+    unit = unit_of(metric)
+    limit = threshold * total
+    root = RichTree(Text(f"{title}  total {metric} = {format_value(total, unit)}", style="bold"))
+    shown = 0
+
+    def label(nid: int) -> Text:
+        node = tree.nodes[nid]
+        share = inc[nid] / total * 100 if total else 0.0
+        t = Text(f"{share:5.1f}% {format_value(inc[nid], unit):>9} ", style="bold")
+        excl = node.metrics.get(metric, 0.0)
+        if excl and node.children:
+            t.append(f"(self {format_value(excl, unit)}) ", style="dim")
+        t.append_text(frame_text(node.frame))
+        return t
+
+    stack = [(root, nid, 1) for nid in _sorted_children(tree, 0, inc)][::-1]
+    while stack:
+        parent, nid, d = stack.pop()
+        if inc[nid] <= limit or inc[nid] == 0:
+            continue
+        branch = parent.add(label(nid))
+        shown += 1
+        if depth is not None and d >= depth:
+            continue
+        stack.extend((branch, c, d + 1) for c in reversed(_sorted_children(tree, nid, inc)))
+    if shown == 0:
+        root.add(Text("(nothing above the threshold)", style="dim"))
+    console.print(root)
+
+
+def _sorted_children(tree: CallingContextTree, nid: int, inc: list[float]) -> list[int]:
+    return sorted(tree.nodes[nid].children, key=lambda c: -inc[c])
+
+
+def render_flat(console: Console, rows: list[FlatRow], metric: str, total: float, *,
+                threshold: float, limit: int = 50) -> None:
+    unit = unit_of(metric)
+    table = Table(title=f"flat totals by {metric}", show_lines=False)
+    table.add_column("self", justify="right")
+    table.add_column("self %", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("frame")
+    rows = sorted(rows, key=lambda r: (-r.exclusive.get(metric, 0), -r.inclusive.get(metric, 0)))
+    for r in rows[:limit]:
+        ex, inc = r.exclusive.get(metric, 0.0), r.inclusive.get(metric, 0.0)
+        if inc <= threshold * total or inc == 0:
+            continue
+        table.add_row(format_value(ex, unit), f"{ex / total * 100:.1f}%" if total else "-",
+                      format_value(inc, unit), frame_text(r.frame))
+    console.print(table)
+
+
+def render_header(console: Console, tree: CallingContextTree) -> None:
+    meta = tree.metadata
+    cmd = meta.get("command")
+    line = Text()
+    if isinstance(cmd, list):
+        line.append("command: ", style="dim").append(printable(" ".join(map(str, cmd))))
+    if meta.get("complete") is False:
+        line.append("  (incomplete: the program ended before the final flush)", style="yellow")
+    if line:
+        console.print(line)
+    for note in meta.get("notes") or []:
+        console.print(Text(f"note: {printable(str(note))}", style="yellow"))

@@ -1,0 +1,64 @@
+"""Known metrics: ``<domain>.<what>`` with a unit. Values are stored exclusive per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MetricInfo:
+    name: str
+    unit: str  # "s", "count", "bytes"
+    description: str
+
+
+KNOWN_METRICS: dict[str, MetricInfo] = {
+    m.name: m
+    for m in (
+        MetricInfo("cpu.time", "s", "CPU time sampled on this context (per-thread CPU clock)"),
+        MetricInfo("op.time", "s", "wall time inside framework operators, measured at entry/exit"),
+        MetricInfo("op.count", "count", "operator calls"),
+        MetricInfo("gpu.time", "s", "GPU kernel execution time"),
+        MetricInfo("gpu.launches", "count", "GPU kernel launches"),
+        MetricInfo("memcpy.time", "s", "GPU copy time"),
+        MetricInfo("memcpy.bytes", "bytes", "bytes copied"),
+        MetricInfo("memcpy.count", "count", "copies"),
+        MetricInfo("memset.time", "s", "GPU memset time"),
+        MetricInfo("memset.bytes", "bytes", "bytes set"),
+        MetricInfo("memset.count", "count", "memsets"),
+        MetricInfo("sync.wait", "s", "host time blocked waiting for the GPU"),
+        MetricInfo("sync.count", "count", "host-device synchronizations"),
+        MetricInfo("native.samples", "count", "samples that carried a native stack"),
+    )
+}
+
+#: The metric a report shows when none is asked for, most telling first.
+DEFAULT_METRIC_ORDER = ("gpu.time", "cpu.time", "op.time", "op.count")
+
+
+def unit_of(metric: str) -> str:
+    info = KNOWN_METRICS.get(metric)
+    if info:
+        return info.unit
+    if metric.endswith((".time", ".wait")):
+        return "s"
+    if metric.endswith(".bytes"):
+        return "bytes"
+    return "count"
+
+
+def format_value(value: float, unit: str) -> str:
+    """Human formatting for a metric value."""
+    if unit == "s":
+        for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g}{suffix}"
+        return f"{value * 1e9:.3g}ns" if value else "0s"
+    if unit == "bytes":
+        for scale, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g}{suffix}"
+        return f"{int(value)}B"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.3g}"

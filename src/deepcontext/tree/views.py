@@ -1,0 +1,83 @@
+"""Derived views of a tree, shared by every renderer: filtered, inverted (bottom-up), flat."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .cct import CallingContextTree
+from .frame import Frame
+
+
+def inverted(tree: CallingContextTree) -> CallingContextTree:
+    """Bottom-up: each hot leaf at the top with its callers beneath it. A node's inclusive value
+    is the exclusive time of every context that ends with its (reversed) path."""
+    inv = CallingContextTree(tree.metadata)
+    for node in tree.nodes[1:]:
+        if not node.metrics:
+            continue
+        leaf = inv.add_path(reversed(tree.path(node.id)))
+        for metric, value in node.metrics.items():
+            inv.add_metric(leaf, metric, value)
+    return inv
+
+
+@dataclass
+class FlatRow:
+    frame: Frame
+    exclusive: dict[str, float]
+    inclusive: dict[str, float]
+
+
+def flat(tree: CallingContextTree, metrics: list[str] | None = None) -> list[FlatRow]:
+    """Totals per frame (per Python line, per operator, per kernel). Inclusive values count a
+    recursive frame once per context."""
+    names = metrics or tree.metric_names()
+    incs = {m: tree.inclusive_all(m) for m in names}
+    rows: dict[Frame, FlatRow] = {}
+    for node in tree.walk():
+        if node.id == 0:
+            continue
+        row = rows.get(node.frame)
+        if row is None:
+            row = rows[node.frame] = FlatRow(node.frame, {m: 0.0 for m in names},
+                                             {m: 0.0 for m in names})
+        for m in names:
+            row.exclusive[m] += node.metrics.get(m, 0.0)
+        ancestors = {tree.nodes[a].frame for a in tree.path_ids(node.parent)} if node.parent else set()
+        if node.frame not in ancestors:
+            for m in names:
+                row.inclusive[m] += incs[m][node.id]
+    return list(rows.values())
+
+
+def matching_nodes(tree: CallingContextTree, pattern: str) -> set[int]:
+    """Ids of nodes whose frame label, name or file matches ``pattern`` (a regular expression)."""
+    rx = re.compile(pattern)
+    return {n.id for n in tree.nodes[1:]
+            if rx.search(n.frame.label()) or rx.search(n.frame.name) or rx.search(n.frame.file)}
+
+
+def filtered(tree: CallingContextTree, include: str | None = None,
+             exclude: str | None = None) -> CallingContextTree:
+    """Keep only contexts through a node matching ``include``; drop subtrees at ``exclude``."""
+    keep: set[int] | None = None
+    if include:
+        hits = matching_nodes(tree, include)
+        keep = set()
+        for h in hits:
+            keep.update(tree.path_ids(h))
+            keep.update(n.id for n in tree.walk(h))
+    dropped = matching_nodes(tree, exclude) if exclude else set()
+    out = CallingContextTree(tree.metadata)
+    mapping = {0: 0}
+    for node in tree.walk():
+        if node.id == 0:
+            continue
+        if node.parent not in mapping or node.id in dropped or (keep is not None and node.id not in keep):
+            continue
+        nid = out.child(mapping[node.parent], node.frame)
+        mapping[node.id] = nid
+        for m, v in node.metrics.items():
+            out.add_metric(nid, m, v)
+    return out

@@ -1,0 +1,111 @@
+"""The calling context tree on literal data: aggregation, inclusive/exclusive, merge, file."""
+
+import sqlite3
+
+import pytest
+
+from deepcontext.errors import ProfileFormatError
+from deepcontext.tree import CallingContextTree, Frame, load, save
+from deepcontext.tree.profile_file import SCHEMA_VERSION
+
+MAIN = Frame.make("python", "main", "/app/train.py", 10)
+STEP = Frame.make("python", "step", "/app/train.py", 4)
+ADDMM = Frame.make("op", "aten::addmm")
+RELU = Frame.make("op", "aten::relu")
+
+
+def literal_tree() -> CallingContextTree:
+    t = CallingContextTree({"command": ["python", "train.py"]})
+    a = t.add_path([MAIN, STEP, ADDMM])
+    b = t.add_path([MAIN, STEP, RELU])
+    c = t.add_path([MAIN, STEP])
+    t.add_metric(a, "op.time", 3.0)
+    t.add_metric(a, "op.count", 2)
+    t.add_metric(b, "op.time", 1.0)
+    t.add_metric(c, "cpu.time", 0.5)
+    t.add_metric(a, "op.time", 1.0)  # aggregation: same context, same node
+    return t
+
+
+def test_same_path_aggregates_into_one_node():
+    t = literal_tree()
+    assert len(t) == 5  # root, main, step, addmm, relu
+    leaf = t.add_path([MAIN, STEP, ADDMM])
+    assert t.exclusive(leaf, "op.time") == 4.0
+    t.self_check()
+
+
+def test_inclusive_is_subtree_sum():
+    t = literal_tree()
+    step = t.add_path([MAIN, STEP])
+    assert t.inclusive(step, "op.time") == 5.0
+    assert t.inclusive(0, "cpu.time") == 0.5
+    assert t.exclusive(step, "op.time") == 0.0
+    assert t.total("op.time") == 5.0
+
+
+def test_same_function_from_two_callers_gives_two_nodes():
+    t = CallingContextTree()
+    other = Frame.make("python", "eval", "/app/train.py", 20)
+    x = t.add_path([MAIN, STEP])
+    y = t.add_path([other, STEP])
+    assert x != y
+
+
+def test_merge_adds_matching_contexts():
+    t = literal_tree()
+    t.merge(literal_tree())
+    leaf = t.add_path([MAIN, STEP, ADDMM])
+    assert t.exclusive(leaf, "op.time") == 8.0
+    assert len(t) == 5
+    t.self_check()
+
+
+def test_file_round_trip(tmp_path):
+    path = tmp_path / "p.dcprof"
+    save(literal_tree(), path)
+    back = load(path)
+    back.self_check()
+    assert back.metadata["command"] == ["python", "train.py"]
+    assert back.metadata["schema_version"] == SCHEMA_VERSION
+    leaf = back.add_path([MAIN, STEP, ADDMM])
+    assert back.exclusive(leaf, "op.time") == 4.0
+    assert back.exclusive(leaf, "op.count") == 2
+    assert [n.frame for n in back.nodes] == [n.frame for n in literal_tree().nodes]
+
+
+def test_save_refuses_existing_file(tmp_path):
+    path = tmp_path / "p.dcprof"
+    save(literal_tree(), path)
+    with pytest.raises(Exception, match="already exists"):
+        save(literal_tree(), path)
+    save(literal_tree(), path, force=True)
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "p.dcprof"
+    save(literal_tree(), path)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    with pytest.raises(ProfileFormatError, match="newer DeepContext"):
+        load(path)
+
+
+@pytest.mark.parametrize("content", [b"", b"hello world", b"SQLite format 3\x00" + b"\x00" * 50])
+def test_garbage_is_a_format_error(tmp_path, content):
+    path = tmp_path / "bad.dcprof"
+    path.write_bytes(content)
+    with pytest.raises(ProfileFormatError):
+        load(path)
+
+
+def test_foreign_sqlite_is_a_format_error(tmp_path):
+    path = tmp_path / "other.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t(x)")
+    db.commit()
+    db.close()
+    with pytest.raises(ProfileFormatError, match="not a DeepContext profile"):
+        load(path)
