@@ -186,6 +186,33 @@ uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_
   return node;
 }
 
+// The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
+// node and the gradient bookkeeping after it; it belongs with that node under the forward line.
+bool is_engine_wrapper(const char* name) {
+  static const char kWrapper[] = "autograd::engine::evaluate_function: ";
+  return std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
+}
+
+// The forward Python context recorded for (forward thread, sequence number), or 0.
+uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
+  const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
+  return (slot.seq == seq_nr && slot.tid == fwd_tid) ? slot.node : 0;
+}
+
+// Gives a parked wrapper its node: under the forward line of backward node `seq_nr` when known,
+// else under its ordinary parent (caller holds the tree lock).
+void resolve_pending(Tree& t, OpEntry& e, int64_t seq_nr, uint64_t fwd_tid) {
+  uint32_t fwd = seq_nr >= 0 ? forward_context(seq_nr, fwd_tid) : 0;
+  if (fwd != 0) {
+    e.node = t.child(t.child(fwd, t.named_frame(Kind::Marker, "backward")), e.frame);
+    e.py_node = fwd;
+    e.seq_nr = seq_nr;
+  } else {
+    e.node = t.child(e.node, e.frame);
+  }
+  e.pending = false;
+}
+
 void drain_locked(Tree& t, ThreadState* s) {
   bool expected = false;
   if (!s->draining.compare_exchange_strong(expected, true)) return;
@@ -319,20 +346,23 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   }
   dc_raw_frame buf[kMaxPyDepth];
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
-  const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  const bool wrapper = is_engine_wrapper(name);
+  const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
   Tree& t = tree();
-  uint32_t node, py_node = 0;
+  uint32_t node, frame, py_node = 0;
+  bool pending;
   {
     std::lock_guard<std::mutex> g(t.mu);
     if (s->head.load(std::memory_order_relaxed) != s->tail.load(std::memory_order_relaxed))
       drain_locked(t, s);
+    if (top && top->pending) resolve_pending(t, *top, backward_node ? seq_nr : -1, fwd_tid);
     uint32_t parent = UINT32_MAX;
-    bool graft = is_backward && seq_nr >= 0 && !(top && top->seq_nr == seq_nr);
-    if (graft) {
-      const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
-      if (slot.seq == seq_nr && slot.tid == fwd_tid && slot.node != 0) {
-        py_node = slot.node;
-        parent = t.child(py_node, t.named_frame(Kind::Marker, "backward"));
+    if (backward_node && !(top && top->seq_nr == seq_nr)) {
+      uint32_t fwd = forward_context(seq_nr, fwd_tid);
+      if (fwd != 0) {
+        py_node = fwd;
+        parent = t.child(fwd, t.named_frame(Kind::Marker, "backward"));
       }
     }
     if (parent == UINT32_MAX) {
@@ -341,18 +371,24 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
                               &py_node)
                    : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
     }
-    node = t.child(parent, t.named_frame(Kind::Op, name));
-    if (!is_backward && seq_nr >= 0) {
+    frame = t.named_frame(Kind::Op, name);
+    // An engine wrapper without a sequence number learns its forward line from the backward
+    // node it runs next; until then it is parked on its ordinary parent.
+    pending = wrapper && seq_nr < 0;
+    node = pending ? parent : t.child(parent, frame);
+    if (!backward_node && seq_nr >= 0) {
       SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
       if (!(slot.seq == seq_nr && slot.tid == rf_tid)) slot = SeqSlot{rf_tid, seq_nr, py_node};
     }
   }
   OpEntry& e = s->ops[d];
   e.node = node;
+  e.frame = frame;
+  e.pending = pending;
   e.py_node = py_node;
   e.py_frame = n > 0 ? buf[0].frame : nullptr;
   e.handle = handle;
-  e.seq_nr = is_backward ? seq_nr : (top ? top->seq_nr : -1);
+  e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
@@ -376,6 +412,7 @@ void op_exit(uint64_t handle) {
   Tree& t = tree();
   {
     std::lock_guard<std::mutex> g(t.mu);
+    if (e.pending) resolve_pending(t, e, -1, 0);
     t.add(e.node, m_op_time, (elapsed - e.child_ns) * 1e-9);
     t.add(e.node, m_op_count, 1.0);
   }

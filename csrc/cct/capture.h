@@ -18,7 +18,9 @@ constexpr int kRing = 16;         // samples buffered per thread between drains
 constexpr int kMaxNew = 48;       // frames a sample can describe (first sightings)
 
 struct OpEntry {
-  uint32_t node;
+  uint32_t node;         // while `pending`: the ordinary parent context
+  uint32_t frame;        // the op's frame id
+  bool pending;          // an engine wrapper waiting for its backward node
   uint32_t py_node;      // innermost Python context node of this op
   const void* py_frame;  // innermost interpreter frame when the op began (nullptr: none)
   uint64_t handle;

@@ -84,7 +84,9 @@ class _DispatchTier:
                 node = current_node()
                 handles = []
                 if node is not None:  # inside a backward node: graft under its forward line
-                    handles.append(core.op_enter(node.name(), node._sequence_nr(), True))
+                    seq = node._sequence_nr()
+                    seq = seq if 0 <= seq < 2**63 else -1  # AccumulateGrad has UINT64_MAX
+                    handles.append(core.op_enter(node.name(), seq, True))
                     seq = -1
                 else:
                     seq = get_seq() - 1 if is_grad() else -1

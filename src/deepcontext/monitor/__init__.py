@@ -68,6 +68,8 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     if _state["init"]:
         raise DeepContextError("the deepcontext monitor is already initialized in this process")
     core = _core()
+    _state["torch_tier"] = None
+    _state["notes"] = []
     core.reset_metrics()
     core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
                interval=sample_interval or 0.01)
@@ -89,7 +91,8 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
 
 
 def _enable_torch(torch: Any) -> None:
-    if not _state["init"] or _state["torch_tier"] is not None:
+    if not _state["init"] or _state["tier_handle"] is not None or (
+            _state["torch_tier"] == "record_function"):
         return
     from ..capture import torch_ops
 
@@ -183,8 +186,7 @@ def finalize() -> None:
     if handle is not None:
         handle.close()
     _state["init"] = False
-    _state["torch_tier"] = None
-    _state["tier_handle"] = None
+    _state["tier_handle"] = None  # the tier name stays: the final flush reports it
     core.set_op_observer(None)
 
 

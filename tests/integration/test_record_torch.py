@@ -1,0 +1,96 @@
+"""``deepcontext record`` on real PyTorch programs: exact operator structure under the user's lines."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from deepcontext.tree import Frame  # noqa: E402
+from helpers import children_named, line_of, loaded, python_nodes, record, subtree_ids  # noqa: E402
+
+PROG = "linear_train.py"
+
+
+@pytest.fixture(scope="module")
+def linear_profile(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("linear")
+    proc, out = record(tmp, PROG, "5")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained 5\n"
+    return loaded(out)
+
+
+def test_forward_line_has_linear_then_addmm_with_exact_count(linear_profile):
+    tree = linear_profile
+    fwd = python_nodes(tree, PROG, line_of(PROG, "FORWARD"))
+    assert len(fwd) == 1, "the model(x) line is one context"
+    linears = [n for n in subtree_ids(tree, fwd[0])
+               if tree.nodes[n].frame.kind == "op" and tree.nodes[n].frame.name == "aten::linear"]
+    assert len(linears) == 1
+    (linear,) = linears
+    assert tree.exclusive(linear, "op.count") == 5
+    (addmm,) = children_named(tree, linear, "op", "aten::addmm")
+    assert tree.exclusive(addmm, "op.count") == 5
+    assert tree.exclusive(addmm, "op.time") > 0
+
+
+def test_backward_ops_hang_under_the_forward_line(linear_profile):
+    tree = linear_profile
+    fwd = python_nodes(tree, PROG, line_of(PROG, "FORWARD"))[0]
+    # under the forward line (through nn.Module frames) sits one "backward" marker
+    markers = [n for n in subtree_ids(tree, fwd) if tree.nodes[n].frame == Frame("marker", "backward")]
+    assert len(markers) == 1
+    (wrapper,) = children_named(tree, markers[0], "op",
+                                "autograd::engine::evaluate_function: AddmmBackward0")
+    (node,) = children_named(tree, wrapper, "op", "AddmmBackward0")
+    assert tree.exclusive(wrapper, "op.count") == 5
+    assert tree.exclusive(node, "op.count") == 5
+    assert children_named(tree, node, "op", "aten::mm")
+    # every AddmmBackward0 in the profile is under the forward line, none elsewhere
+    everywhere = {n.id for n in tree.nodes if n.frame.name == "AddmmBackward0"}
+    assert everywhere == {node}
+    (loss,) = python_nodes(tree, PROG, line_of(PROG, "LOSS"))
+    (loss_marker,) = children_named(tree, loss, "marker", "backward")
+    (sum_wrapper,) = children_named(tree, loss_marker, "op",
+                                    "autograd::engine::evaluate_function: SumBackward0")
+    assert tree.exclusive(sum_wrapper, "op.count") == 5
+
+
+def test_no_grad_code_is_attributed(linear_profile):
+    tree = linear_profile
+    (nograd,) = python_nodes(tree, PROG, line_of(PROG, "NOGRAD"))
+    (relu,) = children_named(tree, nograd, "op", "aten::relu")
+    assert tree.exclusive(relu, "op.count") == 1
+
+
+def test_metadata_says_complete_and_names_the_tier(linear_profile):
+    meta = linear_profile.metadata
+    assert meta["complete"] is True
+    assert meta["op_tier"] == "record_function"
+    assert meta["torch"] == torch.__version__
+    assert meta["command"][-2].endswith(PROG)
+
+
+def test_dispatch_tier_fallback(tmp_path):
+    proc, out = record(tmp_path, PROG, "3", env={"DEEPCONTEXT_TORCH_TIER": "dispatch"})
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    assert tree.metadata["op_tier"] == "dispatch"
+    assert any("TorchDispatchMode" in n for n in tree.metadata["notes"])
+    fwd = python_nodes(tree, PROG, line_of(PROG, "FORWARD"))[0]
+    below = subtree_ids(tree, fwd)
+    addmm = [n for n in below if tree.nodes[n].frame.name == "aten::addmm"
+             and tree.nodes[tree.nodes[n].parent].frame.kind != "op"]
+    assert sum(tree.exclusive(n, "op.count") for n in addmm) == 3
+    markers = [n for n in below if tree.nodes[n].frame == Frame("marker", "backward")]
+    assert len(markers) == 1
+    bw = {tree.nodes[c].frame.name for c in tree.nodes[markers[0]].children}
+    assert "AddmmBackward0" in bw
+
+
+def test_dataloader_with_two_workers_runs_to_completion(tmp_path):
+    proc, out = record(tmp_path, "loader_workers.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "total " + str(float(sum(i * i for i in range(64))))
+    tree = loaded(out)
+    assert tree.metadata["complete"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loader_workers.dcprof"]
