@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,6 +31,7 @@ __all__ = ["DOMAINS", "OpEvent", "init", "register", "unregister", "callpath", "
 #: Domains a callback can be registered on.
 DOMAINS = ("torch.op",)
 
+_tls = threading.local()
 _state: dict[str, Any] = {"init": False, "notes": [], "torch_tier": None, "tier_handle": None,
                           "callbacks": {}}
 
@@ -127,21 +129,30 @@ def _install_observer() -> None:
 
     def observer(name: str | None, phase: int, node: int) -> None:
         event = OpEvent("torch.op", name, "enter" if phase == 0 else "exit", node)
-        for cb in list(cbs):
-            cb(event)
+        _tls.event_node = node  # callpath() inside a callback is the event's path
+        try:
+            for cb in list(cbs):
+                cb(event)
+        finally:
+            _tls.event_node = None
 
     _core().set_op_observer(observer)
 
 
 def callpath() -> list[Frame]:
-    """The calling thread's current multi-layer path, outermost first (profiler frames hidden)."""
+    """The calling thread's current multi-layer path, outermost first (profiler frames hidden).
+
+    Inside a ``register`` callback it is the path of the event being delivered."""
     if not _state["init"]:
         raise DeepContextError("call deepcontext.monitor.init() first")
     from ..capture.snapshot import _is_launcher, _is_own, _parse_extra
 
     core = _core()
+    node = getattr(_tls, "event_node", None)
+    if node is None:
+        node = core.current_node()
     frames = [Frame.make(kind, name, file, line, **_parse_extra(extra))
-              for kind, name, file, line, extra in core.path_frames(core.current_node())]
+              for kind, name, file, line, extra in core.path_frames(node)]
     return [f for f in frames
             if not (f.kind == "python" and (_is_own(f.file) or _is_launcher(f.file)))]
 

@@ -1,0 +1,37 @@
+"""The Python API: profile() with a schedule, and the DLMonitor interface."""
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from helpers import PROGRAMS, line_of  # noqa: E402
+
+
+def run(program, *args):
+    proc = subprocess.run([sys.executable, str(PROGRAMS / program), *args], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_schedule_records_only_active_steps(tmp_path):
+    # wait=1, warmup=1, active=2, repeat=1 over 6 steps: steps 2 and 3 are recorded
+    assert run("api_schedule.py", str(tmp_path / "s.dcprof")) == "2.0"
+
+
+def test_monitor_callpath_inside_an_op_callback():
+    path = ast.literal_eval(run("api_monitor.py"))
+    assert path[-1] == ("op", "aten::mul", 0)
+    assert ("python", "caller", line_of("api_monitor.py", "CALL")) in path
+    assert path[0][1] == "<module>"
+
+
+def test_api_misuse_is_a_clear_error():
+    import deepcontext
+
+    with pytest.raises(deepcontext.DeepContextError, match="without deepcontext.start"):
+        deepcontext.stop()
