@@ -1,0 +1,1 @@
+"""Built-in rule families, one module each; the registry lists them in documentation order."""

@@ -1,0 +1,59 @@
+"""Operator families the rules reason about, by ATen name (``aten::`` prefix dropped)."""
+
+from __future__ import annotations
+
+# Elementwise math: memory-bound, one read and one write per element; fusable into one kernel.
+POINTWISE = frozenset("""
+abs add addcdiv addcmul atan bitwise_and bitwise_not bitwise_or ceil clamp clamp_min clamp_max
+cos cosh div elu eq erf erfc exp exp2 expm1 floor fmod ge gelu gt hardsigmoid hardswish hardtanh
+le leaky_relu lerp log log10 log1p log2 logical_and logical_not logical_or logit lt masked_fill
+maximum minimum mish mul ne neg pow reciprocal relu remainder round rsqrt rsub sigmoid sign silu
+sin sinh softplus sqrt square sub tan tanh true_divide trunc where xlogy
+""".split())
+
+# In-place pointwise updates, the shape of an optimizer step written per parameter.
+INPLACE_UPDATE = frozenset(f"{name}_" for name in (
+    "add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "sqrt", "clamp", "maximum", "neg",
+    "copy", "zero", "fill"))
+
+# Ops a Python loop over elements issues: indexing, scalar reads, tiny tensor creation.
+ELEMENT_ACCESS = frozenset("""
+select slice index index_select item _local_scalar_dense copy_ fill_ unsqueeze squeeze view
+as_strided lift_fresh scalar_tensor empty zeros ones full tensor stack setitem index_put_
+_index_put_impl_ alias detach
+""".split())
+
+# Ops that force the host to wait for the device (on CUDA) before returning.
+HOST_SYNC = frozenset({"item", "_local_scalar_dense", "nonzero", "masked_select",
+                       "unique", "_unique2", "repeat_interleave", "equal", "is_nonzero"})
+
+# Layout conversions that copy when the input is not already in the target layout.
+LAYOUT_COPY = frozenset({"contiguous", "reshape", "clone", "_to_copy", "to"})
+# Views that change strides (free themselves; a later contiguous copy pays for them).
+LAYOUT_VIEW = frozenset({"transpose", "permute", "t", "movedim", "swapaxes", "mT", "numpy_T"})
+
+# Scatter-style ops that deterministic mode (or their own implementation) serializes by sorting.
+SCATTER = frozenset({"index_put_", "_index_put_impl_", "index_add_", "index_add", "scatter_add_",
+                     "scatter_add", "scatter_reduce_", "scatter_reduce", "embedding_dense_backward",
+                     "index_reduce_", "put_"})
+SORT_BASED = frozenset({"sort", "argsort", "unique", "_unique2", "unique_dim", "unique_consecutive",
+                        "_unique", "msort"})
+
+# Matrix engines: matmul/conv ops whose fp32 form can use TF32 or bf16 tensor cores.
+MATMUL_CONV = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "conv1d", "conv2d",
+                         "conv3d", "convolution", "_convolution", "cudnn_convolution",
+                         "addmv", "mv", "_scaled_dot_product_efficient_attention",
+                         "_scaled_dot_product_flash_attention", "einsum"})
+
+
+def base_name(op_name: str) -> str:
+    """``aten::add_`` -> ``add_``; other namespaces keep their full name."""
+    return op_name[6:] if op_name.startswith("aten::") else op_name
+
+
+def is_pointwise(op_name: str) -> bool:
+    """An out-of-place or in-place elementwise ATen op."""
+    if not op_name.startswith("aten::"):
+        return False
+    name = base_name(op_name)
+    return name in POINTWISE or (name.endswith("_") and name[:-1] in POINTWISE)

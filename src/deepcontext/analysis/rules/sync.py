@@ -1,0 +1,108 @@
+"""Host-device synchronization in hot code: ``.item()``, ``.cpu()``, ``print(tensor)`` or
+data-dependent shapes make the host wait for the GPU to drain, so the GPU then idles."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from ...tree.frame import OP, SYNC
+from ..context import AnalysisContext
+from ..finding import Finding
+from ..ops import HOST_SYNC, base_name
+from ..rule import Rule, Threshold
+from ._common import percent, seconds
+
+_ADVICE = {
+    "item": ("keep the value on the device: accumulate with `total += loss.detach()` and call "
+             ".item() once after the loop (or every N steps); for control flow use torch.where "
+             "or torch.cond instead of a Python `if` on a tensor"),
+    "_to_copy": ("copy to the host less often: keep results on the GPU and transfer once, or use "
+                 "`.to('cpu', non_blocking=True)` into pinned memory and synchronize later"),
+    "nonzero": ("avoid data-dependent shapes in the hot loop: use masks (torch.where, "
+                "masked_fill) instead of boolean indexing / nonzero, or pass `size=` where the "
+                "API allows it"),
+}
+
+
+def _advice(op: str) -> str:
+    name = base_name(op)
+    if name in ("item", "_local_scalar_dense", "is_nonzero", "equal"):
+        return _ADVICE["item"]
+    if name in ("_to_copy", "to", "copy_"):
+        return _ADVICE["_to_copy"]
+    if name in ("nonzero", "masked_select", "unique", "_unique2", "repeat_interleave"):
+        return _ADVICE["nonzero"]
+    return ("remove the synchronize from the hot path (torch.cuda.synchronize, event.synchronize); "
+            "time with CUDA events instead")
+
+
+class SyncRule(Rule):
+    id = "host-sync"
+    category = "sync"
+    description = ("A line of yours makes the host wait for the GPU (sync.wait), or on a "
+                   "CPU-only profile calls an operator that would (e.g. .item()) many times.")
+    thresholds = {
+        "min_cpu_calls": Threshold(100, "on CPU-only profiles: fewer calls are epoch-level "
+                                        "logging, not a per-step sync"),
+    }
+
+    def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        if ctx.tree.total("sync.wait") > 0 or ctx.tree.total("sync.count") > 0:
+            yield from self._measured(ctx)
+        elif not ctx.has_gpu:
+            yield from self._cpu_only(ctx)
+
+    def _measured(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        wait: dict[int, float] = defaultdict(float)
+        count: dict[int, float] = defaultdict(float)
+        cause: dict[int, str] = {}
+        for node in ctx.tree.nodes[1:]:
+            w, c = node.metrics.get("sync.wait", 0.0), node.metrics.get("sync.count", 0.0)
+            if not (w or c) or ctx.owner[node.id] <= 0:
+                continue
+            owner = ctx.owner[node.id]
+            wait[owner] += w
+            count[owner] += c
+            op = next((ctx.tree.nodes[a].frame.name for a in reversed(ctx.ancestors(node.id))
+                       if ctx.tree.nodes[a].frame.kind == OP), None)
+            if node.frame.kind == SYNC and owner not in cause:
+                cause[owner] = op or node.frame.name
+        for owner, w in wait.items():
+            severity = self.severity_for(ctx, w)
+            if severity is None:
+                continue
+            what = cause.get(owner, "a synchronize call")
+            yield ctx.finding(
+                self, owner, severity=severity,
+                title=f"host waits {seconds(w)} for the GPU at {ctx.where(owner)} ({what})",
+                message=(f"{ctx.where(owner)} synchronized with the GPU {count[owner]:.0f} times "
+                         f"through {what}, blocking the host for {seconds(w)} "
+                         f"({percent(ctx.fraction(w))} of the run); meanwhile no new work was "
+                         f"queued, so the GPU idles after each sync."),
+                evidence={"sync_wait_s": w, "sync_count": int(count[owner]), "cause": what},
+                suggestion=_advice(what),
+                gain_seconds=w,
+                method="upper bound: the blocked time, if the host kept queueing work instead")
+
+    def _cpu_only(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        for owner, sites in ctx.sites_by_owner.items():
+            hits = [s for s in sites if not s.backward and base_name(s.name) in HOST_SYNC]
+            calls = sum(ctx.count(s.node) for s in hits)
+            if owner <= 0 or calls < self.t("min_cpu_calls"):
+                continue
+            op = max(hits, key=lambda s: ctx.count(s.node)).name
+            spent = sum(ctx.host_time(s.node) for s in hits)
+            yield ctx.finding(
+                self, owner, severity="note",
+                title=f"{op} called {calls:.0f} times at {ctx.where(owner)}: a GPU sync per call",
+                message=(f"{ctx.where(owner)} calls {op} {calls:.0f} times ({seconds(spent)} on "
+                         f"this CPU-only run). On a GPU each call blocks the host until all "
+                         f"queued kernels finish, serializing host and device every iteration."),
+                evidence={"calls": int(calls), "op": op, "time_s": spent},
+                suggestion=_advice(op),
+                gain_seconds=spent,
+                method="CPU-only profile: the calls' own time; on a GPU the gain is the sync wait")
+
+
+RULES = [SyncRule]

@@ -1,0 +1,52 @@
+"""Is a source file the user's own code, or the framework, a library or the standard library?
+
+Findings point at the deepest frame in the user's code: the line the user can change.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import sysconfig
+from functools import lru_cache
+
+# Pseudo-files that hold code the user typed (``python -c``, a REPL, a notebook cell).
+_USER_PSEUDO = re.compile(r"^<(string|stdin|ipython-input-[^>]*|console)>$")
+# Library markers in a path, valid on whatever machine recorded the profile.
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/deepcontext/capture/",
+                  "/deepcontext/monitor/", "/deepcontext/cli/")
+# The standard library: <prefix>/lib/python3.X/ (but not a venv's site-packages, caught above).
+_STDLIB = re.compile(r"/lib(64)?/python3\.\d+/")
+# A source checkout of torch (editable install): torch/<known subpackage or module>.
+_TORCH_TREE = re.compile(
+    r"/torch/(nn|optim|utils|autograd|_dynamo|_inductor|cuda|distributed|amp|fx|jit|_refs|"
+    r"_prims|_decomp|_functorch|_subclasses|_tensor|functional|overrides|_ops|_jit_internal|"
+    r"_compile|_meta_registrations|serialization|random|library)\b")
+
+
+@lru_cache(maxsize=1)
+def _local_library_roots() -> tuple[str, ...]:
+    """This interpreter's stdlib and site directories (helps when analyzing on the same host)."""
+    roots = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(path.rstrip("/") + "/")
+    roots.add(sys.base_prefix.rstrip("/") + "/lib/")
+    return tuple(sorted(roots))
+
+
+@lru_cache(maxsize=4096)
+def is_user_file(path: str) -> bool:
+    """True when ``path`` is the program's own source, not torch, site-packages, stdlib or
+    a ``<frozen ...>`` module."""
+    if not path:
+        return False
+    if path.startswith("<"):
+        return bool(_USER_PSEUDO.match(path))
+    norm = path.replace("\\", "/")
+    if any(part in norm for part in _LIBRARY_PARTS):
+        return False
+    if _STDLIB.search(norm) or _TORCH_TREE.search(norm):
+        return False
+    return not norm.startswith(_local_library_roots())
