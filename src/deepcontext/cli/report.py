@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view = p.add_mutually_exclusive_group()
     view.add_argument("--inverted", action="store_true", help="bottom-up: hottest frames with their callers")
     view.add_argument("--flat", action="store_true", help="totals per line / operator / kernel")
+    p.add_argument("--all-frames", action="store_true",
+                   help="keep Python frames of libraries and the standard library (folded into "
+                        "their callers by default)")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
 
@@ -51,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if args.metric and args.metric not in tree.metric_names():
         have = ", ".join(tree.metric_names()) or "none"
         raise DeepContextError(f"metric {args.metric!r} is not in this profile (it has: {have})")
+    if not args.all_frames:
+        tree = views.user_frames(tree)
     if args.include or args.exclude:
         tree = views.filtered(tree, args.include, args.exclude)
     if args.format == "json":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import sysconfig
 from dataclasses import dataclass
 
 from .cct import CallingContextTree
@@ -80,4 +82,32 @@ def filtered(tree: CallingContextTree, include: str | None = None,
         mapping[node.id] = nid
         for m, v in node.metrics.items():
             out.add_metric(nid, m, v)
+    return out
+
+
+_STDLIB = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"))
+                 if p})
+
+
+def is_library_file(path: str) -> bool:
+    """Installed packages, the standard library and frozen modules: code the user did not write."""
+    return (not path or path.startswith("<") or "/site-packages/" in path
+            or "/dist-packages/" in path or path.startswith(_STDLIB)
+            or path.startswith(sys.prefix + "/lib/"))
+
+
+def user_frames(tree: CallingContextTree) -> CallingContextTree:
+    """Library Python frames folded into their callers, so a user line sits right above the
+    operators it triggers (``train.py:12 forward -> aten::linear``)."""
+    out = CallingContextTree(tree.metadata)
+    mapping = {0: 0}
+    for node in tree.nodes[1:]:
+        parent = mapping[node.parent]
+        f = node.frame
+        if f.kind == "python" and is_library_file(f.file):
+            mapping[node.id] = parent
+        else:
+            mapping[node.id] = out.child(parent, f)
+        for m, v in node.metrics.items():
+            out.add_metric(mapping[node.id], m, v)
     return out
