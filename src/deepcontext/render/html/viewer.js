@@ -1,0 +1,552 @@
+// DeepContext viewer: a canvas flame graph (icicle) of the calling context tree, its bottom-up
+// inverse, search, findings and source. Every name from the profile is data: it reaches the page
+// only through textContent or canvas text, never as markup.
+"use strict";
+(function () {
+  const D = JSON.parse(document.getElementById("dc-data").textContent);
+  const $ = (id) => document.getElementById(id);
+  const ROW = 18;          // px per tree level
+  const MIN_W = 0.5;       // nodes narrower than this (px) are skipped with their subtrees
+  const LABEL_MIN_W = 28;  // px needed before a box gets text
+  const KIND_COLOURS = {
+    root: "#9e9e9e", thread: "#b0bec5", marker: "#ce93d8", python: "#66bb6a", module: "#26a69a",
+    op: "#42a5f5", native: "#ab47bc", kernel: "#ffa726", memcpy: "#ef5350", memset: "#ec407a",
+    sync: "#8d6e63", instruction: "#ffee58",
+  };
+  const MATCH_COLOUR = "#e040fb";
+  const S = D.strings, FK = D.frames.kind, FN = D.frames.name, FF = D.frames.file, FL = D.frames.line;
+  const NF = FK.length;
+
+  // ---- trees ----------------------------------------------------------------------------
+  // A tree is columns: parent[i] < i, frame[i] indexes the frame table, excl[metric][i].
+  function makeTree(parent, frame, excl) {
+    const n = parent.length;
+    const start = new Int32Array(n + 1);
+    for (let i = 1; i < n; i++) start[parent[i] + 1]++;
+    for (let i = 0; i < n; i++) start[i + 1] += start[i];
+    const kids = new Int32Array(Math.max(n - 1, 0));
+    const fill = start.slice(0, n);
+    for (let i = 1; i < n; i++) kids[fill[parent[i]]++] = i;
+    const depth = new Int32Array(n);
+    for (let i = 1; i < n; i++) depth[i] = depth[parent[i]] + 1;
+    return { n, parent, frame, excl, start, kids, depth, inc: {}, sortedBy: null, maxDepth: {} };
+  }
+
+  function inclusive(t, m) {
+    if (!t.inc[m]) {
+      const inc = Float64Array.from(t.excl[m]);
+      for (let i = t.n - 1; i > 0; i--) inc[t.parent[i]] += inc[i];
+      let md = 0;
+      for (let i = 0; i < t.n; i++) if (inc[i] > 0 && t.depth[i] > md) md = t.depth[i];
+      t.inc[m] = inc;
+      t.maxDepth[m] = md;
+    }
+    return t.inc[m];
+  }
+
+  function sortChildren(t, m) {  // widest child first, so drawing can stop at the first tiny one
+    if (t.sortedBy === m) return;
+    const inc = inclusive(t, m);
+    for (let i = 0; i < t.n; i++) {
+      const a = t.start[i], b = t.start[i + 1];
+      if (b - a > 1) t.kids.subarray(a, b).sort((x, y) => inc[y] - inc[x] || x - y);
+    }
+    t.sortedBy = m;
+  }
+
+  const metricNames = D.metrics.map((m) => m.name);
+  const unitOf = {};
+  D.metrics.forEach((m) => { unitOf[m.name] = m.unit; });
+  const topExcl = {};
+  metricNames.forEach((m) => { topExcl[m] = Float64Array.from(D.values[m]); });
+  const TOP = makeTree(Int32Array.from(D.nodes.parent), Int32Array.from(D.nodes.frame), topExcl);
+  let INV = null;
+
+  // Bottom-up: every context with a value, its path reversed (leaf first) and interned, so a
+  // node's inclusive value is the total of all contexts ending in its reversed path.
+  function invertedTree() {
+    if (INV) return INV;
+    const parent = [-1], frame = [0], index = new Map();
+    const excl = {};
+    metricNames.forEach((m) => { excl[m] = [0]; });
+    for (let i = 1; i < TOP.n; i++) {
+      let any = false;
+      for (const m of metricNames) if (topExcl[m][i]) { any = true; break; }
+      if (!any) continue;
+      let cur = 0;
+      for (let j = i; j > 0; j = TOP.parent[j]) {
+        const key = cur * NF + TOP.frame[j];
+        let id = index.get(key);
+        if (id === undefined) {
+          id = parent.length;
+          index.set(key, id);
+          parent.push(cur);
+          frame.push(TOP.frame[j]);
+          metricNames.forEach((m) => excl[m].push(0));
+        }
+        cur = id;
+      }
+      for (const m of metricNames) excl[m][cur] += topExcl[m][i];
+    }
+    const ex = {};
+    metricNames.forEach((m) => { ex[m] = Float64Array.from(excl[m]); });
+    INV = makeTree(Int32Array.from(parent), Int32Array.from(frame), ex);
+    return INV;
+  }
+
+  // ---- formatting -------------------------------------------------------------------------
+  function base(path) { const k = path.lastIndexOf("/"); return k < 0 ? path : path.slice(k + 1); }
+  function frameLabel(f) {
+    const kind = D.kinds[FK[f]], name = S[FN[f]], file = S[FF[f]];
+    if (kind === "python" && file) return name + " (" + base(file) + ":" + FL[f] + ")";
+    if (kind === "native" && file) return name + " [" + base(file) + "]";
+    return name;
+  }
+  function fmt(v, unit) {
+    const a = Math.abs(v);
+    const g = (x) => Number(x.toPrecision(3)).toString();
+    if (unit === "s") {
+      if (a >= 1) return g(v) + "s";
+      if (a >= 1e-3) return g(v * 1e3) + "ms";
+      if (a >= 1e-6) return g(v * 1e6) + "us";
+      return v ? g(v * 1e9) + "ns" : "0s";
+    }
+    if (unit === "bytes") {
+      if (a >= 1073741824) return g(v / 1073741824) + "GiB";
+      if (a >= 1048576) return g(v / 1048576) + "MiB";
+      if (a >= 1024) return g(v / 1024) + "KiB";
+      return Math.round(v) + "B";
+    }
+    return Number.isInteger(v) ? v.toLocaleString("en-US") : g(v);
+  }
+  function pct(part, whole) { return whole ? (100 * part / whole).toFixed(1) + "%" : "-"; }
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  // ---- state ------------------------------------------------------------------------------
+  const state = {
+    metric: metricNames.includes(D.defaultMetric) ? D.defaultMetric : (metricNames[0] || ""),
+    mode: "topdown", zoom: 0, selected: -1, hover: -1,
+    matchFrame: null, query: "", searchText: "",
+  };
+  function tree() { return state.mode === "topdown" ? TOP : invertedTree(); }
+
+  const flame = $("dc-flame"), canvas = $("dc-canvas"), ctx = canvas.getContext("2d");
+  let cssW = 0, cssH = 0, drawn = [], charW = 7, pending = false;
+
+  function resize() {
+    const dpr = window.devicePixelRatio || 1;
+    cssW = flame.clientWidth;
+    cssH = Math.max(flame.clientHeight, ROW);
+    canvas.width = Math.round(cssW * dpr);
+    canvas.height = Math.round(cssH * dpr);
+    canvas.style.height = cssH + "px";
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.font = "12px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    charW = ctx.measureText("abcdefghijklmnopqrstuvwxyz_ABCDEF").width / 33 || 7;
+    layoutSpacer();
+    draw();
+  }
+  function layoutSpacer() {
+    const t = tree();
+    if (!state.metric) return;
+    inclusive(t, state.metric);
+    const rows = t.maxDepth[state.metric] - t.depth[state.zoom] + 2;
+    $("dc-spacer").style.height = Math.max(0, rows * ROW - cssH) + "px";
+  }
+  function schedule() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; draw(); });
+  }
+
+  // ---- drawing ----------------------------------------------------------------------------
+  function draw() {
+    const t = tree(), m = state.metric;
+    ctx.clearRect(0, 0, cssW, cssH);
+    drawn = [];
+    if (!m) { message("This profile has no metrics."); return; }
+    sortChildren(t, m);
+    const inc = inclusive(t, m), z = state.zoom, total = inc[z];
+    if (!(total > 0)) { message("No " + m + " under this frame."); return; }
+    const top = flame.scrollTop, scale = cssW / total;
+    const lastRow = Math.ceil((top + cssH) / ROW), firstRow = Math.floor(top / ROW);
+    const match = state.matchFrame;
+    const stack = [z, 0, 0];
+    while (stack.length) {
+      const row = stack.pop(), x = stack.pop(), id = stack.pop();
+      const w = inc[id] * scale;
+      if (row >= firstRow) box(t, id, x, row, row * ROW - top, w, match);
+      if (row + 1 > lastRow) continue;
+      let cx = x;
+      for (let k = t.start[id]; k < t.start[id + 1]; k++) {
+        const c = t.kids[k], cw = inc[c] * scale;
+        if (cw < MIN_W) break;  // sorted widest first: the rest are narrower still
+        stack.push(c, cx, row + 1);
+        cx += cw;
+      }
+    }
+  }
+  function box(t, id, x, row, y, w, match) {
+    const f = t.frame[id], kind = D.kinds[FK[f]];
+    const hit = match && match[f];
+    ctx.globalAlpha = match && !hit ? 0.28 : 1;
+    ctx.fillStyle = hit ? MATCH_COLOUR : (KIND_COLOURS[kind] || "#cccccc");
+    ctx.fillRect(x, y, w > 2 ? w - 1 : w, ROW - 1);
+    if (id === state.selected || id === state.hover) {
+      ctx.globalAlpha = 1;
+      ctx.strokeStyle = id === state.selected ? "#1d2330" : "#ffffff";
+      ctx.lineWidth = 1.5;
+      ctx.strokeRect(x + 0.75, y + 0.75, Math.max(w - 2.5, 0), ROW - 2.5);
+    }
+    if (w >= LABEL_MIN_W) {
+      const label = id === 0 && state.mode === "topdown" ? "all" : (id === 0 ? "all (bottom-up)" : frameLabel(f));
+      const room = Math.floor((w - 6) / charW);
+      const text = label.length > room ? label.slice(0, Math.max(room - 1, 0)) + "\u2026" : label;
+      ctx.fillStyle = "#111111";
+      ctx.globalAlpha = match && !hit ? 0.5 : 1;
+      ctx.fillText(text, x + 3, y + ROW / 2);
+    }
+    ctx.globalAlpha = 1;
+    drawn.push([id, x, w, row]);
+  }
+  function message(text) {
+    ctx.fillStyle = "#7b8496";
+    ctx.fillText(text, 10, ROW);
+  }
+
+  // The node under a point: walk down from the zoom root through the child under x.
+  function hitTest(mx, my) {
+    const t = tree(), m = state.metric;
+    if (!m) return -1;
+    const inc = inclusive(t, m), total = inc[state.zoom];
+    if (!(total > 0) || mx < 0 || mx > cssW) return -1;
+    const scale = cssW / total, row = Math.floor((my + flame.scrollTop) / ROW);
+    let id = state.zoom, x = 0;
+    for (let r = 0; r < row; r++) {
+      let cx = x, next = -1;
+      for (let k = t.start[id]; k < t.start[id + 1]; k++) {
+        const c = t.kids[k], w = inc[c] * scale;
+        if (w < MIN_W) break;
+        if (mx >= cx && mx < cx + w) { next = c; break; }
+        cx += w;
+      }
+      if (next < 0) return -1;
+      id = next; x = cx;
+    }
+    return id;
+  }
+
+  // ---- panels -----------------------------------------------------------------------------
+  function metricsTable(t, id) {
+    const table = el("table"), head = el("tr");
+    ["metric", "inclusive", "self", "share"].forEach((h) => head.appendChild(el("th", h)));
+    table.appendChild(head);
+    for (const m of metricNames) {
+      const inc = inclusive(t, m), v = inc[id];
+      if (!v && !t.excl[m][id]) continue;
+      const tr = el("tr", undefined, m === state.metric ? "dc-cur" : "");
+      tr.appendChild(el("td", m));
+      tr.appendChild(el("td", fmt(v, unitOf[m])));
+      tr.appendChild(el("td", fmt(t.excl[m][id], unitOf[m])));
+      tr.appendChild(el("td", pct(v, inc[0])));
+      table.appendChild(tr);
+    }
+    return table;
+  }
+  function frameBlock(t, id) {
+    const wrap = el("div"), f = t.frame[id];
+    wrap.appendChild(el("div", id === 0 ? "all" : S[FN[f]], "dc-name"));
+    const kind = D.kinds[FK[f]];
+    let where = kind;
+    if (S[FF[f]]) where += " \u00b7 " + S[FF[f]] + (kind === "python" ? ":" + FL[f] : "");
+    wrap.appendChild(el("div", where, "dc-muted"));
+    const extra = D.frames.extra[String(f)];
+    if (extra) wrap.appendChild(el("div", extra.map((kv) => kv[0] + "=" + kv[1]).join("  "), "dc-muted"));
+    wrap.appendChild(metricsTable(t, id));
+    return wrap;
+  }
+  const tooltip = $("dc-tooltip");
+  function showTooltip(id, ev) {
+    if (id < 0) { tooltip.hidden = true; return; }
+    tooltip.replaceChildren(frameBlock(tree(), id));
+    tooltip.hidden = false;
+    const x = Math.min(ev.clientX + 14, window.innerWidth - tooltip.offsetWidth - 4);
+    const y = ev.clientY + 16 + tooltip.offsetHeight > window.innerHeight ? ev.clientY - tooltip.offsetHeight - 8 : ev.clientY + 16;
+    tooltip.style.left = Math.max(0, x) + "px";
+    tooltip.style.top = Math.max(0, y) + "px";
+  }
+  function showDetails(id) {
+    const body = $("dc-details-body");
+    body.className = "";
+    body.replaceChildren(frameBlock(tree(), id));
+  }
+
+  function crumbs() {
+    const nav = $("dc-crumbs"), t = tree(), path = [];
+    for (let j = state.zoom; j > 0; j = t.parent[j]) path.push(j);
+    path.push(0);
+    path.reverse();
+    nav.replaceChildren();
+    const shown = path.length > 14 ? [path[0], -1].concat(path.slice(-12)) : path;
+    shown.forEach((id, k) => {
+      if (k) nav.appendChild(el("span", "\u203a", "dc-sep"));
+      if (id < 0) { nav.appendChild(el("span", "\u2026", "dc-sep")); return; }
+      const b = el("button", id === 0 ? "all" : frameLabel(t.frame[id]));
+      b.type = "button";
+      b.title = b.textContent;
+      b.addEventListener("click", () => zoomTo(id));
+      nav.appendChild(b);
+    });
+  }
+
+  function showTotal() {
+    const m = state.metric;
+    $("dc-total").textContent = m ? "total " + m + " = " + fmt(inclusive(TOP, m)[0], unitOf[m]) : "";
+  }
+
+  // ---- source pane ------------------------------------------------------------------------
+  function lineValues(file, m) {  // inclusive per line, each recursive context counted once
+    const inc = inclusive(TOP, m), out = new Map();
+    for (let i = 1; i < TOP.n; i++) {
+      const f = TOP.frame[i];
+      if (S[FF[f]] !== file || D.kinds[FK[f]] !== "python" || !inc[i]) continue;
+      let dup = false;
+      for (let j = TOP.parent[i]; j > 0; j = TOP.parent[j]) if (TOP.frame[j] === f) { dup = true; break; }
+      if (!dup) out.set(FL[f], (out.get(FL[f]) || 0) + inc[i]);
+    }
+    return out;
+  }
+  function showSource(f) {
+    const body = $("dc-source-body"), file = S[FF[f]], line = FL[f];
+    $("dc-source-file").textContent = file ? base(file) + ":" + line : "";
+    body.replaceChildren();
+    if (D.kinds[FK[f]] !== "python" || !file) {
+      body.className = "dc-muted";
+      body.textContent = "Not a Python frame: no source line.";
+      return;
+    }
+    const src = D.sources.files[file];
+    if (!src) {
+      body.className = "dc-muted";
+      body.textContent = "Source of " + file + " is not in this page: " +
+        (D.sources.missing[file] || "only the program's own .py files are embedded");
+      return;
+    }
+    body.className = "";
+    if (D.meta.start_time && src.mtime > D.meta.start_time) {
+      body.appendChild(el("div", "Note: the file changed after the run; lines may not match.", "dc-muted"));
+    }
+    const m = state.metric, vals = lineValues(file, m);
+    let max = 0;
+    vals.forEach((v) => { if (v > max) max = v; });
+    let current = null, prevEnd = 0;
+    for (const [start, lines] of src.chunks) {
+      if (start > prevEnd + 1) body.appendChild(el("div", "\u22ef", "dc-gap"));
+      lines.forEach((text, k) => {
+        const n = start + k, v = vals.get(n) || 0;
+        const row = el("div", undefined, "dc-line" + (n === line ? " dc-current" : ""));
+        row.appendChild(el("span", n, "dc-ln"));
+        row.appendChild(el("span", v ? fmt(v, unitOf[m]) : "", "dc-val"));
+        const bar = el("span", undefined, "dc-bar"), fill = el("i");
+        fill.style.width = (max ? Math.round(48 * v / max) : 0) + "px";
+        bar.appendChild(fill);
+        row.appendChild(bar);
+        row.appendChild(el("span", text, "dc-code"));
+        body.appendChild(row);
+        if (n === line) current = row;
+      });
+      prevEnd = start + lines.length - 1;
+    }
+    if (current) current.scrollIntoView({ block: "center" });
+  }
+
+  // ---- findings ---------------------------------------------------------------------------
+  const SEVERITIES = ["critical", "high", "error", "medium", "warning", "low", "info"];
+  function showFindings() {
+    const list = $("dc-findings-list"), fs = D.findings || [];
+    $("dc-findings-status").textContent = fs.length ? "(" + fs.length + ")" : (D.findingsStatus || "none");
+    fs.forEach((fd, k) => {
+      const li = el("li");
+      li.dataset.index = String(k);
+      const sev = String(fd.severity || "").toLowerCase();
+      const head = el("div");
+      head.appendChild(el("span", sev || "note", "dc-sev dc-sev-" + (SEVERITIES.includes(sev) ? sev : "other")));
+      head.appendChild(el("strong", fd.title || fd.rule || "finding"));
+      li.appendChild(head);
+      if (fd.message) li.appendChild(el("div", fd.message, "dc-finding-msg"));
+      const loc = fd.location;
+      const gain = fd.estimated_gain;
+      const bits = [];
+      if (loc && loc.file) bits.push(base(String(loc.file)) + ":" + (loc.line || "?") + (loc.function ? " " + loc.function : ""));
+      if (gain && typeof gain.seconds === "number") bits.push("gain up to " + fmt(gain.seconds, "s") +
+        (typeof gain.fraction === "number" ? " (" + (100 * gain.fraction).toFixed(1) + "%)" : ""));
+      if (fd.category) bits.push(String(fd.category));
+      if (bits.length) li.appendChild(el("div", bits.join(" \u00b7 "), "dc-muted"));
+      if (fd.suggestion) li.appendChild(el("div", fd.suggestion, "dc-finding-fix"));
+      li.addEventListener("click", () => jumpTo(fd.node));
+      list.appendChild(li);
+    });
+  }
+  function jumpTo(node) {
+    if (!Number.isInteger(node) || node < 0 || node >= TOP.n) return;
+    if (state.mode !== "topdown") setMode("topdown");
+    zoomTo(node > 0 ? TOP.parent[node] : 0);
+    select(node);
+    const row = TOP.depth[node] - TOP.depth[state.zoom];
+    flame.scrollTop = Math.max(0, row * ROW - cssH / 3);
+    schedule();
+  }
+
+  // ---- actions ----------------------------------------------------------------------------
+  function zoomTo(id) {
+    state.zoom = id;
+    flame.scrollTop = 0;
+    crumbs();
+    layoutSpacer();
+    schedule();
+  }
+  function select(id) {
+    state.selected = id;
+    if (id >= 0) {
+      showDetails(id);
+      if (id > 0) showSource(tree().frame[id]);
+    }
+    schedule();
+  }
+  function setMetric(m) {
+    if (!metricNames.includes(m)) return;
+    state.metric = m;
+    $("dc-metric").value = m;
+    showTotal();
+    layoutSpacer();
+    runSearch();
+    if (state.selected >= 0) select(state.selected);
+    schedule();
+  }
+  function setMode(mode) {
+    if (mode === state.mode) return;
+    state.mode = mode;
+    state.zoom = 0; state.selected = -1; state.hover = -1;
+    $("dc-mode-topdown").classList.toggle("dc-on", mode === "topdown");
+    $("dc-mode-bottomup").classList.toggle("dc-on", mode !== "topdown");
+    flame.scrollTop = 0;
+    crumbs();
+    layoutSpacer();
+    runSearch();
+    schedule();
+  }
+  function compileQuery(q) {
+    if (q.length > 2 && q.startsWith("/") && q.endsWith("/")) {
+      try { const rx = new RegExp(q.slice(1, -1), "i"); return (s) => rx.test(s); } catch (e) { return null; }
+    }
+    const low = q.toLowerCase();
+    return (s) => s.toLowerCase().includes(low);
+  }
+  function runSearch() {
+    const q = state.query, out = $("dc-search-result");
+    if (!q) { state.matchFrame = null; state.searchText = ""; out.textContent = ""; schedule(); return; }
+    const test = compileQuery(q);
+    if (!test) { state.matchFrame = null; out.textContent = "invalid regular expression"; schedule(); return; }
+    const mf = new Uint8Array(NF);
+    for (let f = 0; f < NF; f++) {
+      if (D.kinds[FK[f]] === "root") continue;
+      if (test(S[FN[f]]) || test(S[FF[f]]) || test(frameLabel(f))) mf[f] = 1;
+    }
+    state.matchFrame = mf;
+    // summed share: matched nodes not under another matched node, so nothing counts twice
+    const t = tree(), m = state.metric, inc = inclusive(t, m), covered = new Uint8Array(t.n);
+    let count = 0, sum = 0;
+    for (let i = 1; i < t.n; i++) {
+      const p = t.parent[i];
+      covered[i] = covered[p] || (p > 0 && mf[t.frame[p]]) ? 1 : 0;
+      if (mf[t.frame[i]]) {
+        if (inc[i]) count++;
+        if (!covered[i]) sum += inc[i];
+      }
+    }
+    state.searchText = count + " match" + (count === 1 ? "" : "es") + " \u00b7 " + pct(sum, inc[0]) + " of " + m;
+    out.textContent = state.searchText;
+    schedule();
+  }
+
+  // ---- wiring -----------------------------------------------------------------------------
+  function init() {
+    const cmd = D.meta.command;
+    const title = Array.isArray(cmd) ? cmd.join(" ") : (cmd ? String(cmd) : "profile");
+    $("dc-title").textContent = title;
+    document.title = "DeepContext: " + title.slice(0, 80);
+    const notes = [];
+    if (D.meta.complete === false) notes.push("incomplete: the program ended before the final flush");
+    (Array.isArray(D.meta.notes) ? D.meta.notes : []).forEach((n) => notes.push(String(n)));
+    $("dc-status").textContent = notes.join(" \u00b7 ");
+    const sel = $("dc-metric");
+    metricNames.forEach((m) => {
+      const o = el("option", m + " (" + fmt(inclusive(TOP, m)[0], unitOf[m]) + ")");
+      o.value = m;
+      sel.appendChild(o);
+    });
+    sel.value = state.metric;
+    sel.addEventListener("change", () => setMetric(sel.value));
+    const legend = $("dc-legend"), used = new Set();
+    for (let f = 0; f < NF; f++) used.add(D.kinds[FK[f]]);
+    D.kinds.forEach((k) => {
+      if (!used.has(k) || k === "root") return;
+      const item = el("span"), sw = el("i");
+      sw.style.background = KIND_COLOURS[k] || "#cccccc";
+      item.appendChild(sw);
+      item.appendChild(document.createTextNode(k));
+      legend.appendChild(item);
+    });
+    $("dc-mode-topdown").addEventListener("click", () => setMode("topdown"));
+    $("dc-mode-bottomup").addEventListener("click", () => setMode("bottomup"));
+    $("dc-reset").addEventListener("click", () => zoomTo(0));
+    let timer = 0;
+    $("dc-search").addEventListener("input", (e) => {
+      clearTimeout(timer);
+      timer = setTimeout(() => { state.query = e.target.value.trim(); runSearch(); }, 120);
+    });
+    canvas.addEventListener("mousemove", (ev) => {
+      const r = canvas.getBoundingClientRect(), id = hitTest(ev.clientX - r.left, ev.clientY - r.top);
+      if (id !== state.hover) { state.hover = id; schedule(); }
+      showTooltip(id, ev);
+    });
+    canvas.addEventListener("mouseleave", () => { state.hover = -1; tooltip.hidden = true; schedule(); });
+    canvas.addEventListener("click", (ev) => {
+      const r = canvas.getBoundingClientRect(), id = hitTest(ev.clientX - r.left, ev.clientY - r.top);
+      if (id < 0) return;
+      select(id);
+      zoomTo(id);
+    });
+    flame.addEventListener("scroll", schedule);
+    window.addEventListener("resize", resize);
+    document.addEventListener("keydown", (ev) => {
+      if (ev.target instanceof HTMLInputElement || ev.target instanceof HTMLSelectElement) return;
+      if (ev.key === "Escape") zoomTo(0);
+      if (ev.key === "/") { ev.preventDefault(); $("dc-search").focus(); }
+    });
+    showTotal();
+    showFindings();
+    crumbs();
+    resize();
+  }
+
+  // Read-only hooks for tests and for scripting the page from the console.
+  window.deepcontextViewer = {
+    nodeCount: () => TOP.n,
+    drawn: () => drawn.map((d) => d.slice()),
+    state: () => ({ metric: state.metric, mode: state.mode, zoom: state.zoom, selected: state.selected,
+                    search: state.searchText }),
+    label: (id) => (id === 0 ? "all" : frameLabel(tree().frame[id])),
+    name: (id) => S[FN[tree().frame[id]]],
+    findNode: (name) => { for (let i = 1; i < tree().n; i++) if (S[FN[tree().frame[i]]] === name) return i; return -1; },
+    inclusive: (id, m) => inclusive(tree(), m || state.metric)[id],
+    zoom: zoomTo, setMetric, setMode, select, jumpTo,
+  };
+  init();
+})();
