@@ -94,3 +94,19 @@ def test_dataloader_with_two_workers_runs_to_completion(tmp_path):
     tree = loaded(out)
     assert tree.metadata["complete"] is True
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loader_workers.dcprof"]
+
+
+def test_stale_build_lock_from_a_killed_build_does_not_hang(tmp_path):
+    """A build killed mid-way leaves torch's lock file; the next run must not wait on it."""
+    import shutil
+
+    from deepcontext.capture.torch_ops import cache_dir
+
+    cache = tmp_path / "cache"
+    shutil.copytree(cache_dir(), cache)  # the hook is already built by the tests above
+    (hook_dir,) = (cache / "torch_hook").iterdir()
+    (hook_dir / "lock").write_text("")
+    proc, out = record(tmp_path, PROG, "1", env={"DEEPCONTEXT_CACHE": str(cache)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert loaded(out).metadata["op_tier"] == "record_function"
+    assert not (hook_dir / "lock").exists()
