@@ -85,7 +85,7 @@ class KernelFusionRule(Rule):
             self, node, severity=severity,
             title=f"{per_call:.0f} elementwise ops per call of {fn}() could be one fused kernel",
             message=(f"{fn}() ({span}) issues {per_call:.1f} elementwise operators per call "
-                     f"({ops}; {calls:.0f} calls in all, forward and their backward "
+                     f"({ops}; {calls:.0f} calls; with their backward they took "
                      f"{seconds(spent)} of {where} time, {percent(ctx.fraction(spent))} of the "
                      f"run). Each is a separate pass over memory"
                      + (" and a separate kernel launch." if gpu > 0 else ".")),

@@ -1,0 +1,64 @@
+"""Data loading in the main process: with num_workers=0 the training loop stops every step
+while the DataLoader fetches and collates the batch on the same thread."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from ...tree.frame import PYTHON
+from ..context import AnalysisContext
+from ..finding import Finding
+from ..rule import Rule, Threshold
+from ._common import percent, seconds
+
+_SINGLE = "_SingleProcessDataLoaderIter."
+
+
+def _is_loader_file(path: str) -> bool:
+    return path.replace("\\", "/").endswith("torch/utils/data/dataloader.py")
+
+
+class DataLoaderRule(Rule):
+    id = "dataloader-main-process"
+    category = "dataloader"
+    description = ("The step waits for batches loaded in the main process "
+                   "(DataLoader with num_workers=0).")
+    thresholds = {
+        # TensorBoard's profiler plugin recommended workers above 5% of the step.
+        "warning_fraction": Threshold(0.05, "TensorBoard profiler's rule: data loading above 5% "
+                                            "of the step deserves worker processes"),
+    }
+
+    def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        spent: dict[int, float] = defaultdict(float)
+        for node in ctx.tree.nodes[1:]:
+            f = node.frame
+            if f.kind != PYTHON or not f.name.startswith(_SINGLE) or not _is_loader_file(f.file):
+                continue
+            parent = ctx.tree.nodes[node.parent].frame
+            if parent.name.startswith(_SINGLE) and _is_loader_file(parent.file):
+                continue  # count the outermost loader frame of each path once
+            if ctx.owner[node.id] > 0:
+                spent[ctx.owner[node.id]] += ctx.host_time(node.id)
+        for owner, t in spent.items():
+            severity = self.severity_for(ctx, t)
+            if severity is None:
+                continue
+            yield ctx.finding(
+                self, owner, severity=severity,
+                title=f"batches load in the main process at {ctx.where(owner)} "
+                      f"({percent(ctx.fraction(t))} of the run)",
+                message=(f"The loop at {ctx.where(owner)} fetches and collates its batches in "
+                         f"the main process (DataLoader num_workers=0): {seconds(t)}, "
+                         f"{percent(ctx.fraction(t))} of the run, during which no training "
+                         f"work is issued."),
+                evidence={"loading_time_s": t},
+                suggestion=("load in worker processes: DataLoader(dataset, num_workers=4, "
+                            "pin_memory=True, persistent_workers=True, prefetch_factor=2) "
+                            "(start with the number of free cores)"),
+                gain_seconds=t,
+                method="upper bound: loading overlaps the step once it runs in workers")
+
+
+RULES = [DataLoaderRule]

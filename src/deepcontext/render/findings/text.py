@@ -1,0 +1,38 @@
+"""Findings for a terminal: short, most valuable first, each with why, fix and gain."""
+
+from __future__ import annotations
+
+from ...tree.metrics import format_value
+from .._safe import printable
+from . import FindingsReport
+
+
+class TextFindingsRenderer:
+    name = "text"
+    extension = ".txt"
+
+    def render(self, report: FindingsReport) -> str:
+        findings = report.findings
+        lines = [f"{printable(report.profile)}: {len(findings)} finding"
+                 f"{'' if len(findings) == 1 else 's'} (profiled time "
+                 f"{format_value(report.profiled_time, 's')} outside imports)"]
+        if not findings:
+            lines.append("no findings: nothing above the rules' thresholds")
+        for i, f in enumerate(findings, 1):
+            where = "(no line of your code on this path)"
+            if f.location:
+                short = f.location.file.rsplit("/", 1)[-1]
+                where = f"{printable(short)}:{f.location.line} in {printable(f.location.function)}"
+            gain = f.estimated_gain
+            lines += [
+                "",
+                f"{i}. {f.severity.upper():7} [{f.rule}] {where}",
+                f"   {printable(f.title)}",
+                f"   why:  {printable(f.message, 1000)}",
+                f"   fix:  {printable(f.suggestion, 1000)}",
+                f"   gain: ~{format_value(gain.seconds, 's')} ({100 * gain.fraction:.1f}% of "
+                f"profiled time): {printable(gain.method)}",
+            ]
+            if f.location:
+                lines.append(f"   at:   {printable(f.location.file)}:{f.location.line}")
+        return "\n".join(lines) + "\n"
