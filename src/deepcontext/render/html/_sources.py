@@ -12,7 +12,6 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ...tree.cct import CallingContextTree
@@ -41,7 +40,10 @@ def is_user_file(path: str, library_roots: list[str] | None = None) -> bool:
         return False
     if "site-packages" in path or "dist-packages" in path:
         return False
-    real = os.path.realpath(path)
+    try:
+        real = os.path.realpath(path)
+    except (ValueError, UnicodeError, OSError):  # NUL bytes, lone surrogates: not a real file
+        return False
     roots = _library_roots() if library_roots is None else library_roots
     return not any(real == r or real.startswith(r + os.sep) for r in roots)
 
@@ -90,8 +92,11 @@ def collect_sources(tree: CallingContextTree, total_chars: int = TOTAL_CHARS) ->
         try:
             with open(path, "rb") as fh:
                 raw = fh.read(FILE_BYTES + 1)
+                mtime = os.fstat(fh.fileno()).st_mtime
         except OSError as e:
             bundle.missing[path] = f"not readable when the page was made ({e.strerror or e})"
+            continue
+        except (ValueError, UnicodeError):
             continue
         if len(raw) > FILE_BYTES or b"\x00" in raw:
             bundle.missing[path] = "not embedded (too large or not text)"
@@ -105,5 +110,5 @@ def collect_sources(tree: CallingContextTree, total_chars: int = TOTAL_CHARS) ->
             continue
         budget -= size
         bundle.files[path] = {"chunks": chunks, "lines": len(lines),
-                              "mtime": Path(path).stat().st_mtime}
+                              "mtime": mtime}
     return bundle
