@@ -86,10 +86,11 @@ NB_MODULE(_core, m) {
         o.sample_interval = interval;
         dc::start(o);
       }, "python"_a = true, "ops"_a = true, "sample"_a = true, "interval"_a = 0.01);
-  m.def("stop", [] {
+  m.def("stop", [](double gpu_wait) {
     dc::stop();
-    dc::gpu_flush();
-  });
+    nb::gil_scoped_release release;  // CUPTI may deliver buffers on its own thread meanwhile
+    dc::gpu_stop(gpu_wait);
+  }, "gpu_wait"_a = 5.0, "Stop capture; GPU records still in flight are awaited up to gpu_wait s.");
   m.def("enabled", &dc::is_enabled);
   m.def("set_paused", &dc::set_paused, "paused"_a);
   m.def("reset_metrics", &dc::reset_metrics);
@@ -145,8 +146,49 @@ NB_MODULE(_core, m) {
     *g_op_observer = cb;
     dc::set_op_observer(py_observer);
   }, "callback"_a.none());
-  m.def("gpu_start", &dc::gpu_start, "Start CUPTI capture; returns '' or why it is off.");
-  m.def("gpu_flush", &dc::gpu_flush);
+  m.def("gpu_start", &dc::gpu_start, "lib_dirs"_a = std::vector<std::string>(),
+        "Start CUPTI capture; returns '' or why it is off.");
+  m.def("gpu_flush", [](double wait) {
+    nb::gil_scoped_release release;
+    dc::gpu_flush(wait);
+  }, "wait"_a = 0.0, "Fold completed GPU activity into the tree (waiting up to `wait` s).");
+  m.def("gpu_stop", [](double wait) {
+    nb::gil_scoped_release release;
+    dc::gpu_stop(wait);
+  }, "wait"_a = 5.0);
+  m.def("gpu_stats", [] {
+    dc::GpuStats s = dc::gpu_stats();
+    nb::dict out;
+    out["active"] = s.active;
+    out["library"] = s.library;
+    out["kernel_time"] = s.kernel_time;
+    for (auto [k, v] : {std::pair<const char*, uint64_t>{"kernels", s.kernels},
+                        {"records", s.records}, {"unattributed", s.unattributed},
+                        {"ignored", s.ignored}, {"incomplete", s.incomplete},
+                        {"dropped", s.dropped}, {"graph_unmapped", s.graph_unmapped}})
+      out[k] = v;
+    out["pending"] = s.pending;
+    nb::list devices;
+    for (const auto& d : s.devices) {
+      nb::dict dd;
+      dd["id"] = d.id;
+      dd["name"] = d.name;
+      dd["sms"] = d.sms;
+      dd["memory"] = d.memory;
+      dd["compute_capability"] = std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor);
+      dd["kernel_time"] = d.kernel_time;
+      dd["kernels"] = d.kernels;
+      dd["memcpy_time"] = d.memcpy_time;
+      dd["memcpy_bytes"] = d.memcpy_bytes;
+      dd["memcpys"] = d.memcpys;
+      dd["memset_time"] = d.memset_time;
+      dd["memset_bytes"] = d.memset_bytes;
+      dd["memsets"] = d.memsets;
+      devices.append(dd);
+    }
+    out["devices"] = devices;
+    return out;
+  }, "GPU capture counters and per-device totals (with device name, SMs, memory).");
   m.def("gpu_available", &dc::gpu_compiled);
   m.attr("c_api") = nb::capsule(&g_api, DC_API_CAPSULE);
   m.attr("API_VERSION") = DC_API_VERSION;

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ..errors import DeepContextError
 from ..tree.frame import Frame
+from . import gpu
 
 __all__ = ["DOMAINS", "OpEvent", "init", "register", "unregister", "callpath", "finalize",
            "initialized"]
@@ -85,7 +86,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
 
         when_imported("torch", _enable_torch)
     if "gpu" in context:
-        reason = core.gpu_start()
+        reason = gpu.start(core)
         if reason:
             note(reason)
     if "native" in context:
@@ -162,17 +163,24 @@ def pause(paused: bool) -> None:
 
 
 def reset_metrics() -> None:
+    gpu.flush(_core())  # warm-up kernels already finished are zeroed with the rest
     _core().reset_metrics()
 
 
 def resolve() -> None:
-    _core().resolve()
+    core = _core()
+    gpu.maybe_flush(core)
+    core.resolve()
 
 
 def snapshot_tree(metadata: dict[str, Any]) -> Any:
     from ..capture.snapshot import build_tree
 
-    return build_tree(_core().snapshot(), metadata)
+    core = _core()
+    gpu.flush(core)  # completed GPU activity first, so the snapshot holds it
+    raw = core.snapshot()
+    metadata.update(gpu.metadata(core))  # counters as of this snapshot
+    return build_tree(raw, metadata)
 
 
 def metadata() -> dict[str, Any]:
@@ -189,6 +197,7 @@ def finalize() -> None:
     if not _state["init"]:
         return
     core = _core()
+    gpu.stop(core)
     core.stop()
     from ..capture import threads
 

@@ -1,0 +1,200 @@
+// The launch hot path: CUPTI API callbacks on the application's threads. At a launch's entry the
+// thread's current context node is stored under CUPTI's correlation id (one atomic store); the
+// activity records carrying that id are folded later, off this thread. Host syncs are timed here
+// (entry to exit) and charged at once, since the thread is blocked anyway.
+#include <chrono>
+#include <cstring>
+
+#include "../cct/capture.h"
+#include "../cct/tree.h"
+#include "deepcontext/c_api.h"
+#include "gpu_internal.h"
+
+namespace dc {
+namespace gpu {
+
+std::atomic<int64_t> g_issued{0};
+std::atomic<int64_t> g_settled{0};
+std::atomic<uint32_t> g_generation{1};
+
+CorrelationMap& correlations() {
+  static CorrelationMap* m = new CorrelationMap();  // never freed: records may arrive at exit
+  return *m;
+}
+
+GraphNodeMap& graph_nodes() {
+  static GraphNodeMap* m = new GraphNodeMap();
+  return *m;
+}
+
+namespace {
+
+enum ApiClass : uint8_t {
+  kNone = 0,
+  kLaunch,          // kernel launch: counted, its record settles it
+  kGraphLaunch,     // graph launch: counted, settled by the first record of its replay
+  kCopy,            // async copy or memset: context only
+  kBlockingCopy,    // synchronous copy: context, and the host time is a sync wait
+  kSync,            // explicit synchronize: host time is a sync wait
+};
+
+constexpr uint32_t kMaxCbid = 2048;
+uint8_t g_class[2][kMaxCbid];  // [0] runtime, [1] driver
+uint32_t m_sync_wait = 0, m_sync_count = 0;
+std::atomic<uint32_t> g_no_python_node{0};
+
+bool starts(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
+
+ApiClass classify(const char* n) {
+  if (std::strstr(n, "HostFunc") != nullptr) return kNone;
+  for (const char* p : {"cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunch_",
+                        "cuLaunchKernel", "cuLaunchCooperativeKernel", "cuLaunchGrid"})
+    if (starts(n, p)) return kLaunch;
+  if (starts(n, "cudaGraphLaunch") || starts(n, "cuGraphLaunch")) return kGraphLaunch;
+  if (starts(n, "cudaMemcpy") || starts(n, "cuMemcpy"))
+    return std::strstr(n, "Async") != nullptr ? kCopy : kBlockingCopy;
+  if (starts(n, "cudaMemset") || starts(n, "cuMemset")) return kCopy;
+  for (const char* p : {"cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaStreamSynchronize",
+                        "cudaEventSynchronize", "cuCtxSynchronize", "cuStreamSynchronize",
+                        "cuEventSynchronize"})
+    if (starts(n, p)) return kSync;
+  return kNone;
+}
+
+// Per-thread state of the outermost tracked API call (runtime calls nest driver calls).
+struct ApiScope {
+  uint32_t generation = 0;  // g_generation when depth was last valid (a stop mid-call resets it)
+  int depth = 0;
+  uint32_t node = 0;
+  uint8_t cls = kNone;
+  bool captured = false;  // a graph node was created inside: stream capture, no record follows
+  int64_t t0 = 0;
+};
+thread_local ApiScope t_api;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The calling thread's context; threads with neither Python nor an operator get one marker.
+uint32_t context_node() {
+  if (!dc::is_enabled()) return kIgnored;
+  uint32_t n = dc::current_node();
+  if (n != 0) return n;
+  uint32_t m = g_no_python_node.load(std::memory_order_relaxed);
+  if (m == 0) {
+    m = dc::child_node(0, DC_KIND_MARKER, "<no Python context>", "");
+    g_no_python_node.store(m, std::memory_order_relaxed);
+  }
+  return m;
+}
+
+void charge_sync(uint32_t node, const char* api, int64_t ns) {
+  if (node == kIgnored) return;
+  Tree& t = tree();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (node >= t.nodes.size()) return;
+  uint32_t s = t.child(node, t.named_frame(Kind::Sync, api ? api : "synchronize"));
+  t.add(s, m_sync_wait, ns * 1e-9);
+  t.add(s, m_sync_count, 1.0);
+}
+
+void on_api(int domain_index, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  uint8_t cls = cbid < kMaxCbid ? g_class[domain_index][cbid] : uint8_t(kNone);
+  if (cls == kNone) return;
+  ApiScope& s = t_api;
+  uint32_t gen = g_generation.load(std::memory_order_relaxed);
+  if (s.generation != gen) {
+    s = ApiScope{};
+    s.generation = gen;
+  }
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    if (s.depth++ == 0) {
+      s.cls = cls;
+      s.captured = false;
+      s.node = context_node();
+      if (cls == kSync || cls == kBlockingCopy) s.t0 = now_ns();
+    }
+    bool counted = s.depth == 1 && (cls == kLaunch || cls == kGraphLaunch) && s.node != kIgnored;
+    correlations().put(cb->correlationId, counted ? (s.node | kCountFlag) : s.node);
+    return;
+  }
+  if (s.depth <= 0 || --s.depth > 0) return;
+  bool ok = cb->functionReturnValue == nullptr ||
+            *static_cast<const int*>(cb->functionReturnValue) == 0;
+  if ((s.cls == kLaunch || s.cls == kGraphLaunch) && ok && !s.captured && s.node != kIgnored)
+    g_issued.fetch_add(1, std::memory_order_relaxed);
+  if (s.cls == kSync || s.cls == kBlockingCopy) charge_sync(s.node, cb->functionName, now_ns() - s.t0);
+}
+
+bool node_id(CUgraphNode node, uint64_t* id) {
+  return node != nullptr && cupti().cuptiGetGraphNodeId != nullptr &&
+         cupti().cuptiGetGraphNodeId(node, id) == CUPTI_SUCCESS;
+}
+
+void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData* rd) {
+  const auto* gd = static_cast<const CUpti_GraphData*>(rd->resourceDescriptor);
+  if (gd == nullptr) return;
+  uint64_t id = 0;
+  if (!node_id(gd->node, &id)) return;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    // Inside a launch API this is stream capture: the node runs later, under a graph launch.
+    uint32_t ctx = t_api.depth > 0 ? t_api.node : context_node();
+    if (t_api.depth > 0) t_api.captured = true;
+    if (ctx != kIgnored) graph_nodes().put(id, ctx);
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    uint64_t orig = 0;
+    uint32_t ctx = 0;
+    if (node_id(gd->originalNode, &orig) && graph_nodes().get(orig, &ctx)) graph_nodes().put(id, ctx);
+  }
+}
+
+}  // namespace
+
+void init_metrics() {
+  m_sync_wait = dc::metric_id("sync.wait");
+  m_sync_count = dc::metric_id("sync.count");
+}
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const void* data) {
+  if (data == nullptr) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    on_api(0, cbid, static_cast<const CUpti_CallbackData*>(data));
+  } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    on_api(1, cbid, static_cast<const CUpti_CallbackData*>(data));
+  } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    on_resource(cbid, static_cast<const CUpti_ResourceData*>(data));
+  }
+}
+
+CUptiResult enable_callbacks(CUpti_SubscriberHandle sub) {
+  CuptiApi& api = cupti();
+  const CUpti_CallbackDomain domains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
+  for (int d = 0; d < 2; ++d) {
+    for (uint32_t cbid = 1; cbid < kMaxCbid; ++cbid) {
+      const char* name = nullptr;
+      if (api.cuptiGetCallbackName(domains[d], cbid, &name) != CUPTI_SUCCESS || name == nullptr) {
+        g_class[d][cbid] = kNone;
+        continue;
+      }
+      g_class[d][cbid] = classify(name);
+      if (g_class[d][cbid] == kNone) continue;
+      CUptiResult r = api.cuptiEnableCallback(1, sub, domains[d], cbid);
+      if (r != CUPTI_SUCCESS) return r;
+    }
+  }
+  if (api.cuptiGetGraphNodeId != nullptr) {
+    for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
+                                  CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+      CUptiResult r = api.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, cbid);
+      if (r != CUPTI_SUCCESS) return r;
+    }
+  }
+  return CUPTI_SUCCESS;
+}
+
+}  // namespace gpu
+}  // namespace dc

@@ -1,0 +1,145 @@
+// GPU capture lifecycle: load CUPTI, subscribe (or say clearly why not), enable the launch
+// callbacks and activity kinds, flush with a bounded wait, and unsubscribe at stop so another
+// CUPTI client (torch.profiler, Nsight) can start afterwards.
+#include <chrono>
+#include <thread>
+
+#include "gpu.h"
+#include "gpu_internal.h"
+
+namespace dc {
+
+namespace {
+
+std::mutex g_life_mu;  // start / flush / stop
+CUpti_SubscriberHandle g_sub = nullptr;
+bool g_active = false;
+
+// Device descriptions, read once per device through the driver.
+std::mutex g_dev_mu;
+std::unordered_map<uint32_t, GpuDeviceStats> g_dev_info;
+
+void describe(GpuDeviceStats* d) {
+  std::lock_guard<std::mutex> g(g_dev_mu);
+  auto it = g_dev_info.find(d->id);
+  if (it == g_dev_info.end()) {
+    GpuDeviceStats info;
+    gpu::DriverApi& drv = gpu::driver();
+    CUdevice dev;
+    // Only devices that ran work are described: the program has initialized CUDA by then.
+    if (drv.cuDeviceGet && drv.cuDeviceGet(&dev, static_cast<int>(d->id)) == CUDA_SUCCESS) {
+      char name[256] = {0};
+      if (drv.cuDeviceGetName(name, sizeof name - 1, dev) == CUDA_SUCCESS) info.name = name;
+      drv.cuDeviceGetAttribute(&info.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+      drv.cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+      drv.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+      size_t mem = 0;
+      if (drv.cuDeviceTotalMem && drv.cuDeviceTotalMem(&mem, dev) == CUDA_SUCCESS) info.memory = mem;
+    }
+    it = g_dev_info.emplace(d->id, info).first;
+  }
+  d->name = it->second.name;
+  d->sms = it->second.sms;
+  d->memory = it->second.memory;
+  d->cc_major = it->second.cc_major;
+  d->cc_minor = it->second.cc_minor;
+}
+
+void disable_all() {
+  gpu::CuptiApi& api = gpu::cupti();
+  for (CUpti_ActivityKind k : gpu::activity_kinds()) api.cuptiActivityDisable(k);
+  if (g_sub != nullptr) api.cuptiUnsubscribe(g_sub);
+  g_sub = nullptr;
+}
+
+void flush_locked(double wait_s) {
+  gpu::CuptiApi& api = gpu::cupti();
+  api.cuptiActivityFlushAll(0);
+  if (wait_s <= 0) return;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  while (gpu::g_issued.load() - gpu::g_settled.load() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    api.cuptiActivityFlushAll(0);
+  }
+}
+
+std::string fail(const std::string& what, CUptiResult r) {
+  disable_all();
+  return "GPU capture off: " + what + " failed (" + gpu::result_name(r) + "); profiling CPU only";
+}
+
+}  // namespace
+
+bool gpu_compiled() { return true; }
+
+std::string gpu_start(const std::vector<std::string>& lib_dirs) {
+  std::lock_guard<std::mutex> g(g_life_mu);
+  if (g_active) return "";
+  std::string why = gpu::load_driver();
+  if (why.empty()) why = gpu::load_cupti(lib_dirs);
+  if (!why.empty()) return "GPU capture off: " + why;
+  gpu::CuptiApi& api = gpu::cupti();
+  gpu::init_metrics();
+  gpu::init_activity_metrics();
+  gpu::g_generation.fetch_add(1);
+
+  CUptiResult r;
+  char other[128] = {0};
+  if (api.cuptiSubscribe_v2 != nullptr) {
+    CUpti_SubscriberParams p{};
+    p.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    p.subscriberName = "deepcontext";
+    p.oldSubscriberName = other;
+    p.oldSubscriberSize = sizeof other;
+    r = api.cuptiSubscribe_v2(&g_sub, gpu::on_callback, nullptr, &p);
+  } else {
+    r = api.cuptiSubscribe(&g_sub, gpu::on_callback, nullptr);
+  }
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    g_sub = nullptr;
+    std::string who = other[0] ? other : "torch.profiler, Nsight or another profiler";
+    return "GPU capture off: another CUPTI client is already active (" + who +
+           "); profiling CPU only";
+  }
+  if (r != CUPTI_SUCCESS) {
+    g_sub = nullptr;
+    return fail("cuptiSubscribe", r);
+  }
+  if ((r = gpu::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling CUPTI callbacks", r);
+  r = api.cuptiActivityRegisterCallbacks(gpu::on_buffer_requested, gpu::on_buffer_completed);
+  if (r != CUPTI_SUCCESS) return fail("cuptiActivityRegisterCallbacks", r);
+  for (CUpti_ActivityKind k : gpu::activity_kinds())
+    if ((r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
+  g_active = true;
+  return "";
+}
+
+void gpu_flush(double wait_s) {
+  std::lock_guard<std::mutex> g(g_life_mu);
+  if (g_active) flush_locked(wait_s);
+}
+
+void gpu_stop(double wait_s) {
+  std::lock_guard<std::mutex> g(g_life_mu);
+  if (!g_active) return;
+  flush_locked(wait_s);
+  gpu::CuptiApi& api = gpu::cupti();
+  disable_all();
+  api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  g_active = false;
+}
+
+GpuStats gpu_stats() {
+  GpuStats s;
+  {
+    std::lock_guard<std::mutex> g(g_life_mu);
+    s.active = g_active;
+  }
+  s.library = gpu::cupti().path;
+  gpu::fill_stats(&s);
+  for (auto& d : s.devices) describe(&d);
+  return s;
+}
+
+}  // namespace dc

@@ -1,0 +1,141 @@
+// Shared state of the CUPTI layer: the dlopen()ed function table, the correlation map written on
+// the launch hot path and read when activity records are folded, and the graph-node map.
+#pragma once
+#include <cuda.h>
+#include <cupti_activity.h>
+#include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
+#include <cupti_result.h>
+#include <cupti_runtime_cbid.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu.h"
+
+namespace dc {
+namespace gpu {
+
+// Every CUPTI entry point used, called through pointers (the module never links libcupti).
+#define DC_CUPTI_REQUIRED(X)                                                                \
+  X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback) X(cuptiGetCallbackName)       \
+  X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable) X(cuptiActivityDisable)           \
+  X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) \
+  X(cuptiGetResultString)
+#define DC_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetGraphNodeId) X(cuptiActivityFlushPeriod)
+
+struct CuptiApi {
+  void* handle = nullptr;
+  std::string path;
+#define DC_DECLARE_FN(name) decltype(&::name) name = nullptr;
+  DC_CUPTI_REQUIRED(DC_DECLARE_FN)
+  DC_CUPTI_OPTIONAL(DC_DECLARE_FN)
+#undef DC_DECLARE_FN
+};
+
+// The driver functions used for device metadata (only after the program initialized CUDA).
+struct DriverApi {
+  void* handle = nullptr;
+  CUresult (*cuDriverGetVersion)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice) = nullptr;
+};
+
+CuptiApi& cupti();
+DriverApi& driver();
+// Loads libcuda (returns "" or why not).
+std::string load_driver();
+// Loads libcupti from `dirs`, then CUDA_HOME/CUDA_PATH, /usr/local/cuda, the loader's path.
+std::string load_cupti(const std::vector<std::string>& dirs);
+// "CUPTI_ERROR_X" for a result code.
+std::string result_name(CUptiResult r);
+
+// Node ids with a special meaning in the maps below.
+constexpr uint32_t kIgnored = 0xFFFFFFFFu;  // launched while capture was paused: not counted
+constexpr uint32_t kCountFlag = 1u << 31;   // a counted launch: its first record settles it
+
+// Correlation id -> context node, direct-mapped; one 64-bit atomic per slot (id << 32 | node)
+// so the launch path never locks. A slot overwritten before its records arrive shows up as an
+// unattributed record, never as a wrong context.
+class CorrelationMap {
+ public:
+  static constexpr uint32_t kSlots = 1u << 21;
+  CorrelationMap() : slots_(new std::atomic<uint64_t>[kSlots]) {
+    for (uint32_t i = 0; i < kSlots; ++i) slots_[i].store(0, std::memory_order_relaxed);
+  }
+  void put(uint32_t corr, uint32_t value) {
+    slots_[corr & (kSlots - 1)].store((uint64_t(corr) << 32) | value, std::memory_order_release);
+  }
+  // The stored value for corr, or false when that slot holds another id.
+  bool get(uint32_t corr, uint32_t* value) const {
+    uint64_t v = slots_[corr & (kSlots - 1)].load(std::memory_order_acquire);
+    if (corr == 0 || uint32_t(v >> 32) != corr) return false;
+    *value = uint32_t(v);
+    return true;
+  }
+  // Clears the count flag once; true for the caller that cleared it.
+  bool settle(uint32_t corr) {
+    auto& s = slots_[corr & (kSlots - 1)];
+    uint64_t v = s.load(std::memory_order_acquire);
+    while (uint32_t(v >> 32) == corr && (uint32_t(v) & kCountFlag) && uint32_t(v) != kIgnored) {
+      if (s.compare_exchange_weak(v, v & ~uint64_t(kCountFlag))) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::atomic<uint64_t>* slots_;
+};
+
+// Graph node id -> context node where the node was created (stream capture or explicit add);
+// clones made at instantiation inherit their original's context.
+class GraphNodeMap {
+ public:
+  void put(uint64_t id, uint32_t node) {
+    std::lock_guard<std::mutex> g(mu_);
+    map_[id] = node;
+  }
+  bool get(uint64_t id, uint32_t* node) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = map_.find(id);
+    if (it == map_.end()) return false;
+    *node = it->second;
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, uint32_t> map_;
+};
+
+CorrelationMap& correlations();
+GraphNodeMap& graph_nodes();
+
+// Launch bookkeeping for the bounded final flush.
+extern std::atomic<int64_t> g_issued;   // counted launches that returned success
+extern std::atomic<int64_t> g_settled;  // counted launches whose first record arrived
+extern std::atomic<uint32_t> g_generation;  // bumped at each start: stale per-thread scopes reset
+
+// Callback layer (callbacks.cpp): classify API ids, enable them on `sub`.
+CUptiResult enable_callbacks(CUpti_SubscriberHandle sub);
+void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const void* data);
+void init_metrics();
+
+// Activity layer (activity.cpp).
+void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
+void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t size,
+                                  size_t valid);
+// The activity kinds enabled (kernels, copies, memsets).
+const std::vector<CUpti_ActivityKind>& activity_kinds();
+void init_activity_metrics();
+void fill_stats(GpuStats* out);
+
+}  // namespace gpu
+}  // namespace dc
