@@ -129,13 +129,17 @@ def signal_when_ready(ready: Path, sig: int, *, delay: float = 0.0,
     return during
 
 
-def profile_meta(path: Path) -> dict[str, Any]:
+def profile_meta(path: Path, result: Result | None = None) -> dict[str, Any]:
     """The profile's metadata, read with plain sqlite (independent of the package's reader)."""
+    context = result.describe() if result is not None else ""
+    assert path.is_file(), f"no profile at {path}\n{context}"
     db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     try:
-        return {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
+        meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
     finally:
         db.close()
+    assert "complete" in meta, f"profile {path.name} has no metadata: {meta}\n{context}"
+    return meta
 
 
 def report_json(tmp: Path, path: Path, *extra: str) -> dict[str, Any]:

@@ -18,8 +18,8 @@ def _recorded(tmp_path: Path, body: str, **kw):
     return r, tmp_path / "prof.dcprof"
 
 
-def _assert_profile(tmp_path: Path, prof: Path, *, complete: bool, has: str = "work") -> dict:
-    meta = profile_meta(prof)
+def _assert_profile(tmp_path: Path, prof: Path, r, *, complete: bool, has: str = "work") -> dict:
+    meta = profile_meta(prof, r)
     assert meta["complete"] is complete, meta
     doc = report_json(tmp_path, prof)  # the real reader accepts it
     assert has in frame_names(doc), sorted(frame_names(doc))
@@ -34,7 +34,7 @@ def _assert_profile(tmp_path: Path, prof: Path, *, complete: bool, has: str = "w
 def test_python_level_exit_keeps_status_and_completes(tmp_path, ending, status):
     r, prof = _recorded(tmp_path, f"work()\n{ending}")
     assert r.rc == status, r.describe()
-    _assert_profile(tmp_path, prof, complete=True)
+    _assert_profile(tmp_path, prof, r, complete=True)
     if status == 1:
         assert "ValueError: boom" in r.err  # the program's own traceback is untouched
 
@@ -44,7 +44,7 @@ def test_sigint_gives_keyboardinterrupt_status_and_complete_profile(tmp_path):
                         during=signal_when_ready(tmp_path / "ready", signal.SIGINT))
     assert r.rc == -signal.SIGINT, r.describe()
     assert "KeyboardInterrupt" in r.err
-    _assert_profile(tmp_path, prof, complete=True)
+    _assert_profile(tmp_path, prof, r, complete=True)
 
 
 def test_sigterm_default_dies_by_sigterm_with_complete_profile(tmp_path):
@@ -52,7 +52,7 @@ def test_sigterm_default_dies_by_sigterm_with_complete_profile(tmp_path):
                         during=signal_when_ready(tmp_path / "ready", signal.SIGTERM))
     assert r.rc == -signal.SIGTERM, r.describe()
     assert r.seconds < 15
-    _assert_profile(tmp_path, prof, complete=True)
+    _assert_profile(tmp_path, prof, r, complete=True)
 
 
 def test_sigterm_during_long_c_call_that_releases_the_gil_is_prompt(tmp_path):
@@ -77,7 +77,7 @@ print("C call returned")
     assert r.rc == -signal.SIGTERM, r.describe()
     assert "C call returned" not in r.out
     assert struck["gone"] - struck["at"] < 3.0, r.describe()
-    meta = _assert_profile(tmp_path, prof, complete=True)
+    meta = _assert_profile(tmp_path, prof, r, complete=True)
     assert meta.get("ended_by") == "SIGTERM"
 
 
@@ -94,7 +94,7 @@ sum(range(10**10))
                         during=signal_when_ready(tmp_path / "ready", signal.SIGTERM, delay=0.2,
                                                  then_kill_after=1.0))
     assert r.rc == -signal.SIGKILL, r.describe()
-    _assert_profile(tmp_path, prof, complete=False)
+    _assert_profile(tmp_path, prof, r, complete=False)
 
 
 def test_torchrun_grace_period_sigterm_then_sigkill_in_released_c_call(tmp_path):
@@ -108,20 +108,20 @@ hashlib.pbkdf2_hmac("sha256", b"pw", b"salt", 60_000_000)
                         during=signal_when_ready(tmp_path / "ready", signal.SIGTERM, delay=0.2,
                                                  then_kill_after=2.0))
     assert r.rc == -signal.SIGTERM, r.describe()  # gone inside the grace period, by SIGTERM
-    _assert_profile(tmp_path, prof, complete=True)
+    _assert_profile(tmp_path, prof, r, complete=True)
 
 
 def test_os_exit_keeps_status_and_last_periodic_flush(tmp_path):
     r, prof = _recorded(tmp_path, "work()\nwait_for_flush()\nos._exit(4)")
     assert r.rc == 4, r.describe()
-    _assert_profile(tmp_path, prof, complete=False)
+    _assert_profile(tmp_path, prof, r, complete=False)
 
 
 def test_sigkill_keeps_last_periodic_flush(tmp_path):
     r, prof = _recorded(tmp_path, "work()\nwait_for_flush()\nready()\ntime.sleep(30)",
                         during=signal_when_ready(tmp_path / "ready", signal.SIGKILL))
     assert r.rc == -signal.SIGKILL, r.describe()
-    _assert_profile(tmp_path, prof, complete=False)
+    _assert_profile(tmp_path, prof, r, complete=False)
 
 
 def test_sigkill_in_the_middle_of_flushes_never_leaves_an_unreadable_file(tmp_path):
@@ -139,7 +139,7 @@ while True:
         r = record(case, program(body), flush=0.02, program_args=[str(case / "ready")],
                    during=signal_when_ready(case / "ready", signal.SIGKILL, delay=delay))
         assert r.rc == -signal.SIGKILL, r.describe()
-        meta = profile_meta(case / "prof.dcprof")
+        meta = profile_meta(case / "prof.dcprof", r)
         assert meta["complete"] is False
         report_json(case, case / "prof.dcprof")
 
@@ -152,4 +152,4 @@ def test_native_crash_keeps_status_faulthandler_and_last_flush(tmp_path, crash, 
     r, prof = _recorded(tmp_path, f"work()\nwait_for_flush()\n{crash}")
     assert r.rc == -sig, r.describe()
     assert "Fatal Python error" in r.err  # the program's faulthandler still reports
-    _assert_profile(tmp_path, prof, complete=False)
+    _assert_profile(tmp_path, prof, r, complete=False)

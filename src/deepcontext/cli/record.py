@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..capture.session import default_output, parse_context
+from ..capture.session import default_output, parse_context, per_rank
 from ..errors import DeepContextError
 from ..tree.profile_file import check_writable
 
@@ -73,7 +73,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         raise DeepContextError("--flush-interval must be positive")
     if args.sample_interval < 0:
         raise DeepContextError("--sample-interval must be >= 0")
-    output = Path(args.output) if args.output else default_output(_program_stem(command))
+    # One file per rank in a multi-rank job: no two processes ever write one path.
+    output = per_rank(args.output) if args.output else default_output(_program_stem(command))
     check_writable(output, force=args.force)
     config = {
         "output": str(output.absolute()),
