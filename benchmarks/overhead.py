@@ -15,6 +15,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -196,6 +197,14 @@ def machine() -> list[str]:
              f"(threads {torch.get_num_threads()}), deepcontext {deepcontext.__version__}"]
     if torch.cuda.is_available():
         lines.append(f"GPU: {torch.cuda.get_device_name()}")
+    try:  # which capture code was measured: the checkout's commit, and whether it had local edits
+        git = ["git", "-C", str(Path(__file__).resolve().parent)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "../src", "../csrc"],
+                               capture_output=True, text=True).stdout.strip()
+        lines.append(f"commit {head}" + (" with uncommitted edits in src/ or csrc/" if dirty else ""))
+    except OSError:
+        pass
     return lines
 
 
