@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "../callpath/native_bindings.h"
 #include "../callpath/python_walk.h"
 #include "../cct/capture.h"
 #include "../gpu/gpu.h"
@@ -192,4 +193,8 @@ NB_MODULE(_core, m) {
   m.def("gpu_available", &dc::gpu_compiled);
   m.attr("c_api") = nb::capsule(&g_api, DC_API_CAPSULE);
   m.attr("API_VERSION") = DC_API_VERSION;
+
+  // -- native stack (tests and integration) --
+  // native_backtrace, symbolize, native_callpath, native_splice, ... (native_bindings.cpp)
+  dc::native::bind(m);
 }

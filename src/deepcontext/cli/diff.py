@@ -1,0 +1,127 @@
+"""``deepcontext diff BEFORE AFTER``: what changed per context (time, operators, kernels,
+launches), with totals and the speedup, to prove a fix paid off."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..analysis.diff import ContextDiff, ProfileDiff, diff_profiles, significant
+from ..errors import DeepContextError
+from ..render._safe import printable
+from ..tree.metrics import format_value, unit_of
+from ..tree.profile_file import load
+
+HELP = "compare two profiles context by context: time, operators, kernels, launches, speedup"
+SCHEMA = "deepcontext.diff/1"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("before", help="the profile before the change")
+    p.add_argument("after", help="the profile after the change")
+    p.add_argument("--metric", help="metric to compare (default: gpu.time, else cpu.time, ...)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--threshold", type=float, default=0.01,
+                   help="show contexts whose metric changed by at least this fraction of the "
+                        "total (default 0.01)")
+    p.add_argument("--match", choices=("exact", "function"), default="exact",
+                   help="match lines exactly, or by function only (for code edited in between)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.threshold < 1:
+        raise DeepContextError("--threshold is a fraction between 0 and 1")
+    before, after = load(args.before), load(args.after)
+    if args.metric:
+        have = set(before.metric_names()) | set(after.metric_names())
+        if args.metric not in have:
+            raise DeepContextError(f"metric {args.metric!r} is in neither profile (they have: "
+                                   f"{', '.join(sorted(have)) or 'none'})")
+    d = diff_profiles(before, after, metric=args.metric, match=args.match)
+    rows = significant(d, args.threshold)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(to_json(d, rows, args), indent=1, default=str) + "\n")
+    else:
+        sys.stdout.write(to_text(d, rows, args))
+    return 0
+
+
+def _ratio(before: float, after: float) -> float | None:
+    return before / after if after > 0 else None
+
+
+def to_json(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace) -> dict:
+    """The ``deepcontext.diff/1`` document."""
+    return {
+        "schema": SCHEMA,
+        "before": str(args.before),
+        "after": str(args.after),
+        "metric": d.metric,
+        "match": args.match,
+        "threshold": args.threshold,
+        "speedup": _ratio(d.totals_before.get(d.metric, 0.0), d.totals_after.get(d.metric, 0.0)),
+        "profiled_time": {"before": d.time_before, "after": d.time_after,
+                          "speedup": _ratio(d.time_before, d.time_after)},
+        "wall_time": {"before": d.wall_before, "after": d.wall_after,
+                      "speedup": _ratio(d.wall_before, d.wall_after)},
+        "totals": {m: {"before": d.totals_before.get(m, 0.0), "after": d.totals_after.get(m, 0.0),
+                       "delta": d.totals_after.get(m, 0.0) - d.totals_before.get(m, 0.0)}
+                   for m in sorted(set(d.totals_before) | set(d.totals_after))},
+        "contexts": [{
+            "context": r.label,
+            "frames": [list(p) for p in r.key],
+            "before": r.before, "after": r.after,
+            "delta": {m: r.delta(m) for m in sorted(set(r.before) | set(r.after))},
+            "ops": {n: {"before": b, "after": a} for n, (b, a) in r.changed_ops().items()},
+            "kernels": {n: {"before": b, "after": a} for n, (b, a) in r.changed_kernels().items()},
+        } for r in rows],
+    }
+
+
+def _op(name: str) -> str:
+    """Backward ops read ``evaluate_function: MulBackward0``; keep the node name."""
+    return name.split("evaluate_function: ", 1)[-1]
+
+
+def _fmt(metric: str, value: float) -> str:
+    return format_value(value, unit_of(metric))
+
+
+def to_text(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace) -> str:
+    m = d.metric
+    tb, ta = d.totals_before.get(m, 0.0), d.totals_after.get(m, 0.0)
+    speed = _ratio(tb, ta)
+    out = [f"diff {printable(str(args.before))} -> {printable(str(args.after))}  ({m})",
+           f"total {m}: {_fmt(m, tb)} -> {_fmt(m, ta)}"
+           + (f"  speedup {speed:.2f}x" if speed else "")]
+    pt = _ratio(d.time_before, d.time_after)
+    if pt:
+        out.append(f"profiled time outside imports: {format_value(d.time_before, 's')} -> "
+                   f"{format_value(d.time_after, 's')}  speedup {pt:.2f}x")
+    for other in ("op.count", "gpu.launches", "gpu.time", "sync.wait", "memcpy.bytes"):
+        if other != m and (d.totals_before.get(other) or d.totals_after.get(other)):
+            out.append(f"total {other}: {_fmt(other, d.totals_before.get(other, 0.0))} -> "
+                       f"{_fmt(other, d.totals_after.get(other, 0.0))}")
+    out.append("")
+    if not rows:
+        out.append(f"no context changed by {100 * args.threshold:g}% of the total or more")
+    for r in rows:
+        delta = r.delta(m)
+        sign = "+" if delta > 0 else "-"
+        out.append(f"{_fmt(m, r.before.get(m, 0.0)):>9} -> {_fmt(m, r.after.get(m, 0.0)):>9}  "
+                   f"({sign}{_fmt(m, abs(delta))})  {printable(r.label)}")
+        ops = r.changed_ops()
+        if ops:
+            shown = sorted(ops.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:6]
+            out.append("      ops: " + ", ".join(f"{printable(_op(n))} {b:.0f}->{a:.0f}"
+                                                 for n, (b, a) in shown)
+                       + (f" (+{len(ops) - 6} more)" if len(ops) > 6 else ""))
+        kernels = r.changed_kernels()
+        if kernels:
+            lb = sum(r.kernels_before.values())
+            la = sum(r.kernels_after.values())
+            out.append(f"      launches: {lb:.0f}->{la:.0f}, kernels: "
+                       + ", ".join(f"{printable(n)[:60]} {b:.0f}->{a:.0f}"
+                                   for n, (b, a) in list(kernels.items())[:4]))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,32 @@
+"""Builds the test-only extension ext/dcnative_chain.c for the running interpreter with gcc."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+SOURCE = Path(__file__).parent / "ext" / "dcnative_chain.c"
+
+
+def build(out_dir: Path) -> Path:
+    """Compiles the extension into out_dir (debug info on, sibling calls off); returns its path."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc/cc) to build the test extension")
+    out = out_dir / ("dcnative_chain" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [cc, "-shared", "-fPIC", "-g", "-O1", "-fno-optimize-sibling-calls",
+           "-I", sysconfig.get_paths()["include"], str(SOURCE), "-o", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def call_lines() -> dict[str, int]:
+    """Line of each `/* call:X */` marker in the source: where dcn_chain_X makes its call."""
+    lines = {}
+    for no, text in enumerate(SOURCE.read_text().splitlines(), start=1):
+        if "/* call:" in text:
+            lines[text.split("/* call:")[1].split(" ")[0]] = no
+    return lines

@@ -1,0 +1,36 @@
+"""dataloader-main-process on literal trees."""
+
+from deepcontext.analysis import analyze
+from deepcontext.analysis.rules.dataloader import DataLoaderRule
+from deepcontext.analysis.testing import TORCH_DIR, build, lib, op, user
+
+DL = f"{TORCH_DIR}/utils/data/dataloader.py"
+REST = ([user(30), op("aten::addmm")], {"cpu.time": 0.9})
+
+
+def loading(seconds, cls="_SingleProcessDataLoaderIter"):
+    frames = [user(20), lib("_BaseDataLoaderIter.__next__", DL, 733),
+              lib(f"{cls}._next_data", DL, 789),
+              lib(f"{cls}._next_data", DL, 790),  # nested frame of the same iterator
+              lib("fetch", f"{TORCH_DIR}/utils/data/_utils/fetch.py", 52)]
+    return (frames, {"cpu.time": seconds})
+
+
+def run(*paths):
+    return analyze(build([REST, *paths]), rules=[DataLoaderRule()])
+
+
+def test_main_process_loading_fires_at_the_loop_line():
+    (f,) = run(loading(0.1))
+    assert f.location.line == 20 and f.severity == "warning"
+    assert f.evidence["loading_time_s"] == 0.1  # nested loader frames counted once
+    assert "num_workers" in f.suggestion
+
+
+def test_below_five_percent_is_only_a_note():
+    (f,) = run(loading(0.04))
+    assert f.severity == "note"
+
+
+def test_worker_processes_are_quiet():
+    assert run(loading(0.3, cls="_MultiProcessingDataLoaderIter")) == []

@@ -1,0 +1,48 @@
+"""hotspot on literal trees: the user's lines owning the most time, imports excluded."""
+
+from deepcontext.analysis import analyze
+from deepcontext.analysis.rules.hotspot import HotspotRule
+from deepcontext.analysis.testing import build, lib, op, user
+from deepcontext.tree.frame import Frame
+
+IMPORT = Frame.make("python", "_find_and_load", "<frozen importlib._bootstrap>", 1176)
+
+
+def run(tree):
+    return analyze(tree, rules=[HotspotRule()])
+
+
+def test_reports_top_lines_as_notes_in_order_with_the_dominant_op():
+    tree = build([
+        ([user(10), lib("Linear.forward"), op("aten::addmm")], {"cpu.time": 0.70}),
+        ([user(11), op("aten::mul")], {"cpu.time": 0.25}),
+        ([user(12), op("aten::add")], {"cpu.time": 0.05}),
+        ([user(1, "<module>"), IMPORT], {"cpu.time": 5.0}),
+    ])
+    first, second = run(tree)
+    assert (first.location.line, second.location.line) == (10, 11)
+    assert first.severity == second.severity == "note"
+    assert first.evidence["share"] == 0.7
+    assert "aten::addmm" in first.message
+
+
+def test_a_line_just_below_ten_percent_is_not_a_hotspot():
+    tree = build([([user(10), op("aten::addmm")], {"cpu.time": 0.91}),
+                  ([user(11), op("aten::mul")], {"cpu.time": 0.09})])
+    (only,) = run(tree)
+    assert only.location.line == 10
+
+
+def test_gpu_time_ranks_when_present():
+    tree = build([([user(10), op("aten::mm"), Frame.make("kernel", "gemm")], {"gpu.time": 0.9}),
+                  ([user(11), op("aten::add")], {"cpu.time": 5.0})])
+    (f,) = run(tree)
+    assert f.location.line == 10 and "gpu.time" in f.title
+
+
+def test_same_line_reached_two_ways_is_one_finding():
+    tree = build([([user(20), user(10, "step")], {"cpu.time": 0.4}),
+                  ([user(21), user(10, "step")], {"cpu.time": 0.4}),
+                  ([user(22)], {"cpu.time": 0.2})])
+    f = run(tree)[0]
+    assert f.location.line == 10 and f.evidence["cpu.time"] == 0.8

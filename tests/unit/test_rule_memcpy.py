@@ -1,0 +1,39 @@
+"""memcpy on literal trees: pageable copies and tiny repeated copies."""
+
+from deepcontext.analysis import analyze
+from deepcontext.analysis.rules.memcpy import MemcpyRule
+from deepcontext.analysis.testing import build, memcpy, op, user
+
+REST = ([user(30), op("aten::addmm")], {"op.time": 0.9, "op.count": 100})
+
+
+def run(*paths):
+    return analyze(build([REST, *paths]), rules=[MemcpyRule()])
+
+
+def copy_path(direction, pinned, count, size, t, line=12):
+    return ([user(line), op("aten::to"), op("aten::_to_copy"), op("aten::copy_"),
+             memcpy(direction, pinned)],
+            {"memcpy.count": count, "memcpy.bytes": size, "memcpy.time": t})
+
+
+def test_pageable_host_to_device_copy_fires_with_pin_memory():
+    (f,) = run(copy_path("HtoD", False, 10, 400 << 20, 0.1))
+    assert f.location.line == 12 and f.severity == "warning"
+    assert f.evidence["pinned"] == "false" and f.evidence["direction"] == "HtoD"
+    assert "pin_memory=True" in f.suggestion and "non_blocking=True" in f.suggestion
+    assert f.estimated_gain.seconds == 0.05
+
+
+def test_pinned_large_copies_are_fine():
+    assert run(copy_path("HtoD", True, 10, 400 << 20, 0.1)) == []
+
+
+def test_tiny_repeated_copies_fire_and_just_below_is_quiet():
+    (f,) = run(copy_path("HtoD", True, 100, 100 * 1024, 0.01))
+    assert f.evidence["mean_bytes"] == 1024 and "batch" in f.suggestion
+    assert run(copy_path("HtoD", True, 99, 99 * 1024, 0.01)) == []
+
+
+def test_device_to_device_pageable_flag_is_ignored():
+    assert run(copy_path("DtoD", False, 10, 400 << 20, 0.1)) == []

@@ -1,0 +1,59 @@
+"""optimizer-per-parameter on literal trees: manual loops and torch.optim's single-tensor path."""
+
+from deepcontext.analysis import analyze
+from deepcontext.analysis.rules.optimizer import OptimizerLoopRule
+from deepcontext.analysis.testing import TORCH_DIR, build, lib, marker, op, user
+
+REST = ([user(30), op("aten::addmm")], {"op.time": 0.9, "op.count": 100})
+GRADS = ([user(31), lib("backward"), op("torch::autograd::AccumulateGrad")], {"op.count": 240})
+
+
+def manual(updates=240, with_backward=True):
+    paths = [REST, ([user(20), user(8, "sgd_step"), op("aten::add_")],
+                    {"op.count": updates, "op.time": 0.05})]
+    return build(paths + ([GRADS] if with_backward else []))
+
+
+def run(tree):
+    return analyze(tree, rules=[OptimizerLoopRule()])
+
+
+def test_manual_per_parameter_loop_fires_at_the_update_line():
+    (f,) = run(manual())
+    assert f.location.line == 8 and f.location.function == "sgd_step"
+    assert f.evidence["updates_per_gradient"] == 1.0
+    assert "foreach=True" in f.suggestion
+    assert f.estimated_gain.seconds == 0.025 and f.severity == "warning"
+
+
+def test_no_backward_pass_means_no_parameter_updates():
+    assert run(manual(with_backward=False)) == []
+
+
+def test_quiet_just_below_min_update_calls():
+    tree = build([REST, ([user(20), user(8, "sgd_step"), op("aten::add_")],
+                         {"op.count": 99, "op.time": 0.05}),
+                  ([user(31), op("torch::autograd::AccumulateGrad")], {"op.count": 99})])
+    assert run(tree) == []
+
+
+def test_far_more_updates_than_gradients_is_some_other_loop():
+    assert run(manual(updates=240 * 9)) == []
+
+
+def test_single_tensor_adam_points_at_the_step_call():
+    step = [user(40), lib("Optimizer.step", f"{TORCH_DIR}/optim/optimizer.py"),
+            lib("_single_tensor_adam", f"{TORCH_DIR}/optim/adam.py", 400)]
+    tree = build([REST, GRADS,
+                  (step + [op("aten::addcmul_")], {"op.count": 240, "op.time": 0.1}),
+                  (step + [op("aten::lerp_")], {"op.count": 240, "op.time": 0.1})])
+    (f,) = run(tree)
+    assert f.location.line == 40
+    assert f.evidence["algorithm"] == "adam"
+    assert "torch.optim.Adam(params, lr=..., fused=True)" in f.suggestion
+
+
+def test_backward_in_place_ops_are_not_an_optimizer_loop():
+    tree = build([REST, GRADS, ([user(20), marker(), op("aten::add_")],
+                                {"op.count": 240, "op.time": 0.05})])
+    assert run(tree) == []

@@ -1,0 +1,48 @@
+"""host-sync on literal trees: measured waits on GPU profiles, .item() counts on CPU ones."""
+
+from deepcontext.analysis import analyze
+from deepcontext.analysis.rules.sync import SyncRule
+from deepcontext.analysis.testing import build, lib, op, sync, user
+
+REST = ([user(30), op("aten::addmm")], {"op.time": 0.95, "op.count": 100})
+
+
+def run(tree):
+    return analyze(tree, rules=[SyncRule()])
+
+
+def gpu_tree(wait):
+    frames = [user(12), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    return build([REST, (frames, {"sync.wait": wait, "sync.count": 100}),
+                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 0.5, "gpu.launches": 10})])
+
+
+def test_measured_wait_fires_at_the_blocking_line_and_names_the_op():
+    (f,) = run(gpu_tree(0.05))
+    assert f.location.line == 12 and f.severity == "warning"
+    assert f.evidence == {"sync_wait_s": 0.05, "sync_count": 100,
+                          "cause": "aten::_local_scalar_dense"}
+    assert ".item() once" in f.suggestion
+    assert f.estimated_gain.seconds == 0.05
+
+
+def test_measured_wait_below_the_note_floor_is_quiet():
+    assert run(gpu_tree(0.001)) == []
+
+
+def test_cpu_only_item_in_a_loop_is_a_note():
+    tree = build([REST, ([user(14), op("aten::item")], {"op.count": 100, "op.time": 1e-4})])
+    (f,) = run(tree)
+    assert f.severity == "note" and f.location.line == 14 and f.evidence["calls"] == 100
+
+
+def test_cpu_only_quiet_just_below_min_calls():
+    tree = build([REST, ([user(14), op("aten::item")], {"op.count": 99, "op.time": 1e-4})])
+    assert run(tree) == []
+
+
+def test_library_call_points_at_the_users_line():
+    tree = build([REST, ([user(7), lib("log_metrics", "/x/site-packages/lightning/log.py"),
+                          op("aten::item")], {"op.count": 500, "op.time": 1e-3})])
+    (f,) = run(tree)
+    assert f.location.line == 7
