@@ -14,6 +14,7 @@ namespace {
 std::mutex g_life_mu;  // start / flush / stop
 CUpti_SubscriberHandle g_sub = nullptr;
 bool g_active = false;
+bool g_registered_once = false;
 
 // Device descriptions, read once per device through the driver.
 std::mutex g_dev_mu;
@@ -107,8 +108,10 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
     return fail("cuptiSubscribe", r);
   }
   if ((r = gpu::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling CUPTI callbacks", r);
+  // Registered again at every start: another client (torch.profiler) may have replaced ours.
   r = api.cuptiActivityRegisterCallbacks(gpu::on_buffer_requested, gpu::on_buffer_completed);
-  if (r != CUPTI_SUCCESS) return fail("cuptiActivityRegisterCallbacks", r);
+  if (r != CUPTI_SUCCESS && !g_registered_once) return fail("cuptiActivityRegisterCallbacks", r);
+  g_registered_once = true;
   for (CUpti_ActivityKind k : gpu::activity_kinds())
     if ((r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
   g_active = true;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One batched run on a GPU machine: build + install, GPU tests, a recorded example, optionally
+# the overhead benchmark. Logs go to $OUT (default /tmp/dc-gpu-out).
+#   bash tests/gpu/device_run.sh [bench args...]
+set -u
+OUT=${OUT:-/tmp/dc-gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+{
+  nvidia-smi -L
+  python3 -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'
+  ls "$(python3 -c 'import site; print(site.getsitepackages()[0])')/nvidia" 2>&1 | tr '\n' ' '; echo
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+echo "== build"
+( time python3 -m pip install --no-build-isolation --no-deps -v . ) > "$OUT/build.log" 2>&1 \
+  || { tail -40 "$OUT/build.log"; exit 1; }
+grep -h -- "-- deepcontext:" "$OUT/build.log"; tail -3 "$OUT/build.log"
+cd /tmp || exit 1
+echo "== example"
+rm -f "$OUT/known.dcprof"
+python3 -m deepcontext record -o "$OUT/known.dcprof" -- python3 "$OLDPWD/tests/gpu/programs/known_launches.py"
+python3 -m deepcontext report "$OUT/known.dcprof" --threshold 0 > "$OUT/report.txt" 2>&1
+head -60 "$OUT/report.txt"
+echo "== gpu tests"
+python3 -m pytest -q -m gpu -p no:cacheprovider "$OLDPWD/tests/gpu" -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+cd "$OLDPWD" || exit 1
+if [ $# -gt 0 ]; then
+  echo "== benchmark: $*"
+  timeout "${BENCH_TIMEOUT:-540}" python3 benchmarks/overhead.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+fi
