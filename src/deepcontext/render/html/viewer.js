@@ -547,6 +547,7 @@
     findNode: (name) => { for (let i = 1; i < tree().n; i++) if (S[FN[tree().frame[i]]] === name) return i; return -1; },
     inclusive: (id, m) => inclusive(tree(), m || state.metric)[id],
     zoom: zoomTo, setMetric, setMode, select, jumpTo,
+    drawNow: () => { const t0 = performance.now(); draw(); return performance.now() - t0; },
   };
   init();
 })();
