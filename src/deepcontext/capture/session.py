@@ -120,6 +120,8 @@ class Session:
             monitor.init(context=self.context, sample_interval=self.sample_interval)
         except BaseException:
             self._writer.close()
+            self._writer = None
+            self.output.unlink(missing_ok=True)  # no empty file that looks like a profile
             raise
         _active = self
         self._capturing = True
@@ -140,6 +142,9 @@ class Session:
         if _active is not self:
             return
         self._stop_event.set()
+        if self._wakeup is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wakeup[1], b"\0")  # wake the flusher now
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join(timeout=2)
         monitor.finalize()

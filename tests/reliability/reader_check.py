@@ -1,0 +1,161 @@
+"""Child-side driver for the reader cases: runs the real CLI entry point on many damaged files in
+one process (fast), and reports every outcome that is neither a correct result nor a one-line
+``deepcontext: error:``. Run as ``python reader_check.py MODE ...``; prints a JSON summary.
+
+Modes: ``files PATH...`` | ``truncations PROFILE`` | ``fuzz PROFILE SECONDS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import io
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from deepcontext.cli.main import main
+
+ERROR_PREFIX = "deepcontext: error:"
+MEMORY_LIMIT = 2 * 2**30  # a reader that needs more than this on tiny files is unbounded
+
+
+def reader_commands(path: str) -> list[list[str]]:
+    """Every read-only command, in the forms that exercise different code paths."""
+    cmds = [["report", path], ["report", path, "--format", "json"],
+            ["report", path, "--inverted", "--format", "json"], ["report", path, "--flat"]]
+    for extra in os.environ.get("DC_EXTRA_READERS", "").split(";"):
+        if extra:
+            cmds.append([part.replace("{}", path) for part in extra.split(",")])
+    return cmds
+
+
+def run_one(argv: list[str]) -> str | None:
+    """None if the outcome is acceptable, else a description of the problem."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv)
+    except BaseException:  # noqa: BLE001 - this is exactly what we hunt for
+        return f"{argv}: escaped exception\n{traceback.format_exc(limit=8)}"
+    errtext = err.getvalue()
+    if rc == 0:
+        if "--format" in argv and "json" in argv:
+            try:
+                json.loads(out.getvalue())
+            except ValueError as e:
+                return f"{argv}: exit 0 but invalid JSON ({e})"
+        return None
+    lines = errtext.strip("\n").splitlines()
+    if len(lines) != 1 or not lines[0].startswith(ERROR_PREFIX):
+        return f"{argv}: exit {rc} with stderr {errtext[:500]!r}"
+    return None
+
+
+def check_bytes(data: bytes, workdir: Path) -> list[str]:
+    path = workdir / "case.dcprof"
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    path.write_bytes(data)
+    problems = []
+    for argv in reader_commands(str(path)):
+        problem = run_one(argv)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def truncation_offsets(size: int) -> list[int]:
+    offsets = set(range(0, min(size, 128)))  # every byte of the header
+    offsets.update(range(0, size, 97))  # a stride that walks across page layouts
+    for page in range(0, size + 1, 512):  # around every possible page boundary
+        offsets.update(o for o in (page - 1, page, page + 1) if 0 <= o < size)
+    return sorted(offsets)
+
+
+def mode_truncations(profile: Path, workdir: Path) -> dict:
+    data = profile.read_bytes()
+    problems, offsets = [], truncation_offsets(len(data))
+    ok = 0
+    for n in offsets:
+        found = check_bytes(data[:n], workdir)
+        problems.extend(f"truncated at {n}: {p}" for p in found)
+        ok += not found
+    return {"cases": len(offsets), "ok": ok, "problems": problems[:20]}
+
+
+def mode_files(paths: list[str]) -> dict:
+    problems = []
+    for p in paths:
+        for argv in reader_commands(p):
+            problem = run_one(argv)
+            if problem:
+                problems.append(problem)
+    return {"cases": len(paths), "problems": problems[:20]}
+
+
+def mode_fuzz(profile: Path, seconds: float, workdir: Path) -> dict:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    data = profile.read_bytes()
+    deadline = time.monotonic() + seconds
+    found: list[str] = []
+    count = [0]
+    edits = st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)),
+                     min_size=1, max_size=24)
+    header_edits = st.lists(st.tuples(st.integers(0, 111), st.integers(0, 255)),
+                            min_size=1, max_size=6)
+    damaged = st.one_of(
+        st.tuples(edits, st.integers(1, len(data))),
+        st.tuples(header_edits, st.just(len(data))),
+        st.tuples(edits, st.just(len(data))),
+    )
+
+    @settings(max_examples=100_000, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.one_of(damaged, st.binary(max_size=4096)))
+    def fuzz(case):
+        if time.monotonic() > deadline or len(found) >= 10:
+            return
+        count[0] += 1
+        if isinstance(case, bytes):
+            blob = b"SQLite format 3\x00" + case if case[:1] == b"\x00" else case
+        else:
+            changes, cut = case
+            buf = bytearray(data)
+            for off, value in changes:
+                buf[off] = value
+            blob = bytes(buf[:cut])
+        for problem in check_bytes(blob, workdir):
+            found.append(f"{problem}\n  input: {blob[:64]!r}... ({len(blob)} bytes)")
+
+    fuzz()
+    return {"cases": count[0], "problems": found[:10]}
+
+
+def main_child() -> None:
+    faulthandler.enable()
+    faulthandler.dump_traceback_later(float(os.environ.get("DC_HANG_AFTER", "240")), exit=True)
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    mode, args = sys.argv[1], sys.argv[2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        if mode == "files":
+            result = mode_files(args)
+        elif mode == "truncations":
+            result = mode_truncations(Path(args[0]), workdir)
+        elif mode == "fuzz":
+            result = mode_fuzz(Path(args[0]), float(args[1]), workdir)
+        else:
+            raise SystemExit(f"unknown mode {mode}")
+    sys.__stdout__.write("RESULT " + json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main_child()
