@@ -126,26 +126,26 @@ def run_mode(mode: Mode, step: Callable[[], None], steps: int, warmup: int, devi
     return run
 
 
-def benchmark(names: list[str], modes: list[Mode], args: argparse.Namespace, tmp: Path) -> dict:
-    """Round-robin repeats per workload; a pristine unprofiled pass first (see README)."""
+def benchmark(names: list[str], phases: list[list[Mode]], args: argparse.Namespace, tmp: Path) -> dict:
+    """A pristine unprofiled pass (see README), then per phase and workload, round-robin
+    repeats of the phase's modes. Runs of the same mode in several phases are pooled."""
     steps = {name: workloads.build(name, args.device) for name in names}
     runs: dict[str, dict[str, list[Run]]] = {name: {} for name in names}
-    pristine = Mode("off")
     for name in names:  # before any deepcontext session installs its (then idle) op hook
         for _ in range(args.repeats):
             runs[name].setdefault("off (pristine)", []).append(
-                run_mode(pristine, steps[name], args.steps, args.warmup, args.device, tmp))
-    for name in names:
-        for r in range(args.repeats):
-            order = modes[r % len(modes):] + modes[:r % len(modes)]  # rotate to cancel order bias
-            for mode in order:
-                run = run_mode(mode, steps[name], args.steps, args.warmup, args.device, tmp)
-                runs[name].setdefault(mode.label, []).append(run)
-                print(f"  {name:12s} repeat {r + 1}/{args.repeats} {mode.label:22s} "
-                      f"{run.step_s * 1e3:9.2f} ms/step {run.cpu_s * 1e3:9.2f} CPU ms/step",
-                      file=sys.stderr, flush=True)
-                for note in run.notes:
-                    print(f"    note: {note}", file=sys.stderr)
+                run_mode(Mode("off"), steps[name], args.steps, args.warmup, args.device, tmp))
+    for modes in phases:
+        for name in names:
+            for r in range(args.repeats):
+                for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate: no order bias
+                    run = run_mode(mode, steps[name], args.steps, args.warmup, args.device, tmp)
+                    runs[name].setdefault(mode.label, []).append(run)
+                    print(f"  {name:12s} repeat {r + 1}/{args.repeats} {mode.label:22s} "
+                          f"{run.step_s * 1e3:9.2f} ms/step {run.cpu_s * 1e3:9.2f} CPU ms/step",
+                          file=sys.stderr, flush=True)
+                    for note in run.notes:
+                        print(f"    note: {note}", file=sys.stderr)
     return runs
 
 
@@ -181,7 +181,8 @@ def summarize(runs: dict[str, dict[str, list[Run]]]) -> list[dict]:
                          "cpu_ratio_pristine": cpu / cpu_pristine,
                          "size": statistics.median(r.size for r in rs),
                          "extra_rss": statistics.median(r.extra_rss for r in rs),
-                         "gpu_time_s": statistics.median(gpu) if gpu else None})
+                         "gpu_time_s": statistics.median(gpu) if gpu else None,
+                         "notes": sorted({n for r in rs for n in r.notes})})
     return rows
 
 
@@ -223,6 +224,13 @@ def markdown(rows: list[dict], growth_rows: list[dict], args: argparse.Namespace
                    f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f} | {r['cpu_ms']:.2f} | "
                    f"{r['cpu_ratio']:.3f} | {r['cpu_ratio_pristine']:.3f} | {size} | "
                    f"{mib(r['extra_rss'])} |")
+    gpu_rows = [r for r in rows if r["gpu_time_s"] is not None]
+    if gpu_rows:  # 0 here means deepcontext captured no kernels in that mode: see the notes
+        out += ["", "GPU time in the deepcontext profiles (all steps of a run, median over repeats):", ""]
+        out += [f"- {r['workload']} {r['mode']}: {r['gpu_time_s']:.3f} s" for r in gpu_rows]
+    notes = sorted({(r["mode"], n) for r in rows for n in r["notes"]})
+    if notes:
+        out += ["", "Notes in the deepcontext profiles:", ""] + [f"- {m}: {n}" for m, n in notes]
     if growth_rows:
         out += ["", "Growth (one deepcontext session per step count):", "",
                 "| workload | mode | steps | profile | tree nodes | extra RSS | ms/step |",
@@ -244,6 +252,9 @@ def main() -> int:
                    help="a deepcontext variant, repeatable, e.g. python,op or python,op@0 "
                         "(sample interval 0 = no CPU sampler); default python,op (+gpu on cuda)")
     p.add_argument("--no-torch", action="store_true", help="skip the torch.profiler mode")
+    p.add_argument("--torch-last", action="store_true",
+                   help="run torch.profiler (alternating with off) only after every deepcontext run, "
+                        "in case its CUPTI use keeps deepcontext's GPU capture off")
     p.add_argument("--growth", help="workload for the 100 vs 1,000 steps test ('none' to skip)")
     p.add_argument("--growth-steps", default="100,1000", help="step counts (default 100,1000)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
@@ -262,8 +273,12 @@ def main() -> int:
         p.error(f"unknown workload {unknown[0]!r}")
     dc_modes = [Mode.parse_dc(s) for s in (args.dc or ["python,op,gpu" if kind == "cuda" else "python,op"])]
     modes = [Mode("off"), *dc_modes] + ([] if args.no_torch else [Mode("torch")])
+    if args.torch_last and not args.no_torch:  # every deepcontext run before the first torch one
+        phases = [modes[:-1], [Mode("off"), Mode("torch")]]
+    else:
+        phases = [modes]
     with tempfile.TemporaryDirectory(prefix="dc-bench-") as tmpdir:
-        runs = benchmark(names, modes, args, Path(tmpdir))
+        runs = benchmark(names, phases, args, Path(tmpdir))
         rows = summarize(runs)
         growth_name = args.growth or {"cpu": "mlp", "cuda": "gpt"}[kind]
         counts = [int(c) for c in args.growth_steps.split(",")]
