@@ -378,7 +378,9 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     node = pending ? parent : t.child(parent, frame);
     if (!backward_node && seq_nr >= 0) {
       SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
-      if (!(slot.seq == seq_nr && slot.tid == rf_tid)) slot = SeqSlot{rf_tid, seq_nr, py_node};
+      // The last op to see a sequence number is the one that created the autograd node: ops
+      // that create none (no grad-requiring input) only peek at the number it will get.
+      slot = SeqSlot{rf_tid, seq_nr, py_node};
     }
   }
   OpEntry& e = s->ops[d];
