@@ -21,7 +21,7 @@ from deepcontext.tree.frame import Frame
 
 
 def data_of(html: str) -> dict:
-    m = re.search(r'<script type="application/json" id="dc-data">(.*?)</script>', html, re.S)
+    m = re.search(r'<script type="application/json" id="dc-data">(.*?)</script>', html, re.DOTALL)
     return json.loads(m.group(1))
 
 
@@ -45,7 +45,7 @@ def test_csp_forbids_network_and_pins_our_script():
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
     assert "default-src 'none'" in csp and "connect-src 'none'" in csp
     assert "unsafe-inline" not in csp and "http" not in csp
-    script = re.search(r"<script>(.*)</script>", html, re.S).group(1)
+    script = re.search(r"<script>(.*)</script>", html, re.DOTALL).group(1)
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     assert f"'sha256-{digest}'" in csp
     assert not re.search(r"\b(src|href)=", html)  # nothing to load: no src/href attributes

@@ -11,7 +11,7 @@ from deepcontext.render.exporters import ExportOptions, get
 from deepcontext.render.exporters._protowire import varint
 
 pytest.importorskip("google.protobuf")
-from _pprof_schema import profile_class  # noqa: E402
+from _pprof_schema import profile_class
 
 Profile = profile_class()
 

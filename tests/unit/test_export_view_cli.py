@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import socket
 import webbrowser
+from typing import ClassVar
 
 import pytest
 from _export_trees import training_tree
@@ -56,7 +57,7 @@ def test_console_browsers_are_never_started(monkeypatch):
     assert view.open_in_browser("file:///x.html") is False
 
     class Gui(webbrowser.BackgroundBrowser):
-        opened: list[str] = []
+        opened: ClassVar[list[str]] = []
 
         def open(self, url, new=0, autoraise=True):
             self.opened.append(url)

@@ -15,7 +15,7 @@ from typing import Protocol
 from ...errors import DeepContextError
 from ...tree.cct import CallingContextTree
 
-__all__ = ["ExportOptions", "Exporter", "EXPORTERS", "get", "guess_format", "register"]
+__all__ = ["EXPORTERS", "ExportOptions", "Exporter", "get", "guess_format", "register"]
 
 
 @dataclass
