@@ -59,6 +59,7 @@ snapshot() {
     dc::Tree& t = dc::tree();
     std::lock_guard<std::mutex> g(dc::tree().mu);
     dc::drain_all_locked();
+    dc::describe_native_frames(t);
     nodes.reserve(t.nodes.size());
     for (size_t i = 0; i < t.nodes.size(); ++i) {
       const auto& n = t.nodes[i];
@@ -79,14 +80,16 @@ snapshot() {
 NB_MODULE(_core, m) {
   m.doc() = "DeepContext native core: Python frame walk, operator stack, sampler, tree.";
 
-  m.def("start", [](bool python, bool ops, bool sample, double interval) {
+  m.def("start", [](bool python, bool ops, bool sample, double interval, bool native) {
         dc::Options o;
         o.python = python;
         o.ops = ops;
+        o.native = native;
         o.sample = sample;
         o.sample_interval = interval;
         dc::start(o);
-      }, "python"_a = true, "ops"_a = true, "sample"_a = true, "interval"_a = 0.01);
+      }, "python"_a = true, "ops"_a = true, "sample"_a = true, "interval"_a = 0.01,
+      "native"_a = false);
   m.def("stop", [](double gpu_wait) {
     dc::stop();
     nb::gil_scoped_release release;  // CUPTI may deliver buffers on its own thread meanwhile
@@ -121,11 +124,14 @@ NB_MODULE(_core, m) {
   m.def("note", [](const std::string& s) { dc::add_note(s); });
   m.def("notes", &dc::notes_joined);
   m.def("dropped_samples", &dc::dropped_samples);
+  m.def("splice_mismatches", &dc::splice_mismatches,
+        "Events whose native and Python stacks could not be paired (Python-only path used).");
   m.def("snapshot", &snapshot);
   m.def("path_frames", [](uint32_t node) {
     std::vector<FrameRow> out;
     dc::Tree& t = dc::tree();
     std::lock_guard<std::mutex> g(dc::tree().mu);
+    dc::describe_native_frames(t);
     while (node > 0 && node < t.nodes.size()) {
       const auto& f = t.frames[t.nodes[node].frame];
       out.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);

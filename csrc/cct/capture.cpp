@@ -1,5 +1,7 @@
 #include "capture.h"
 
+#include "../callpath/native_stack.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -21,6 +23,7 @@ Options g_opts;
 int g_magic;  // its address tags our timer signals
 struct sigaction g_old_action;
 bool g_handler_installed = false;
+bool g_native_in_handler = false;  // libunwind (async-signal-safe) unwinds in the sampler too
 OpObserver g_observer = nullptr;
 
 uint32_t m_cpu_time, m_op_time, m_op_count;
@@ -186,6 +189,24 @@ uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_
   return node;
 }
 
+// The context of an event with native frames spliced in; false when that does not apply (no
+// native stack, stacks that cannot be paired, or Python frames newer than the open operator),
+// and the caller takes the Python-only path.
+bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
+                  const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
+                  NativePlace* out) {
+  if (n_ips <= 0) return false;
+  if (top == nullptr) {
+    *out = place_top_level(t, ips, n_ips, buf, n, [&](int i) { return d.frame(t, buf, i); },
+                           op_name);
+    return out->spliced;
+  }
+  if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
+  *out = place_nested(t, top->node, top->native_cut, ips, n_ips, op_name);
+  out->py_node = top->py_node;
+  return out->spliced;
+}
+
 // The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
 // node and the gradient bookkeeping after it; it belongs with that node under the forward line.
 bool is_engine_wrapper(const char* name) {
@@ -221,8 +242,18 @@ void drain_locked(Tree& t, ThreadState* s) {
   for (; tail != head; ++tail) {
     const Sample& smp = s->ring[tail % kRing];
     Describer d{&smp};
-    uint32_t node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
-                             smp.op_py_node, smp.op_frame, nullptr);
+    OpEntry top{};
+    top.node = smp.op_node;
+    top.py_node = smp.op_py_node;
+    top.py_frame = smp.op_frame;
+    top.native_cut = smp.op_native_cut;
+    NativePlace np;
+    uint32_t node =
+        native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n, smp.has_op ? &top : nullptr,
+                     nullptr, &np)
+            ? np.node
+            : node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
+                       smp.op_py_node, smp.op_frame, nullptr);
     t.add(node, m_cpu_time, smp.weight * g_opts.sample_interval);
   }
   s->tail.store(tail, std::memory_order_release);
@@ -257,7 +288,10 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
         smp.op_node = top.node;
         smp.op_py_node = top.py_node;
         smp.op_frame = top.py_frame;
+        smp.op_native_cut = top.native_cut;
       }
+      // skip 2: this handler and the kernel's signal trampoline.
+      smp.n_ips = g_native_in_handler ? native::backtrace(smp.ips, kMaxNative, 2) : 0;
       smp.n = g_opts.python ? dc_walk_python(dc_this_thread_state(), smp.frames, kMaxPyDepth) : 0;
       // Describe first sightings now, while their code objects are certainly alive.
       smp.n_new = 0;
@@ -295,6 +329,10 @@ void start(const Options& opts) {
   m_op_count = t.metric_id("op.count");
   g_opts = opts;
   if (g_seq == nullptr) g_seq = new SeqSlot[kSeqSlots]();
+  if (opts.native) {
+    native::init();
+    g_native_in_handler = std::strcmp(native::unwinder_name(), "libunwind") == 0;
+  }
   if (opts.sample) install_handler();
   g_enabled.store(true);
 }
@@ -346,11 +384,14 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   }
   dc_raw_frame buf[kMaxPyDepth];
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  uintptr_t ips[kMaxNative];
+  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
   Tree& t = tree();
   uint32_t node, frame, py_node = 0;
+  int cut = -1;
   bool pending;
   {
     std::lock_guard<std::mutex> g(t.mu);
@@ -365,8 +406,14 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
         parent = t.child(fwd, t.named_frame(Kind::Marker, "backward"));
       }
     }
+    NativePlace np;
+    Describer live;
+    if (parent == UINT32_MAX && native_place(t, live, ips, n_ips, buf, n, top, name, &np)) {
+      parent = np.node;
+      py_node = np.py_node;
+      cut = np.cut;
+    }
     if (parent == UINT32_MAX) {
-      Describer live;
       parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame,
                               &py_node)
                    : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
@@ -392,6 +439,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.handle = handle;
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
+  e.native_cut = cut;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
@@ -426,9 +474,14 @@ uint32_t current_node() {
   dc_raw_frame buf[kMaxPyDepth];
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
   int d = s->depth.load(std::memory_order_relaxed);
+  uintptr_t ips[kMaxNative];
+  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
   Tree& t = tree();
   std::lock_guard<std::mutex> g(t.mu);
   Describer live;
+  NativePlace np;
+  if (native_place(t, live, ips, n_ips, buf, n, d > 0 ? &s->ops[d - 1] : nullptr, nullptr, &np))
+    return np.node;
   if (d > 0) {
     const OpEntry& top = s->ops[d - 1];
     return node_for(t, live, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../callpath/python_walk.h"
+#include "native_context.h"
 #include "tree.h"
 
 namespace dc {
@@ -27,6 +28,7 @@ struct OpEntry {
   int64_t seq_nr;        // >= 0 for a backward node's op (to nest its own re-entries)
   int64_t t0_ns;
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
+  int native_cut;        // outermost-first native depth of its call frame (-1: none)
 };
 
 struct Sample {
@@ -36,6 +38,9 @@ struct Sample {
   uint32_t op_node;
   uint32_t op_py_node;
   const void* op_frame;
+  int op_native_cut;
+  int n_ips;
+  uintptr_t ips[kMaxNative];
   dc_raw_frame frames[kMaxPyDepth];
   int n_new;
   int new_index[kMaxNew];  // frames[new_index[i]] is described by news[i]
@@ -62,6 +67,7 @@ struct ThreadState {
 struct Options {
   bool python = true;         // Python frames in every context
   bool ops = true;            // operator layer (fed by the torch hook or the dispatch tier)
+  bool native = false;        // C/C++ frames spliced into each context
   bool sample = true;         // CPU-time sampler
   double sample_interval = 0.01;  // seconds of thread CPU time per sample
 };

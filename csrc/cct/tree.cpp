@@ -103,6 +103,18 @@ uint32_t Tree::named_frame(Kind kind, const std::string& name, const std::string
   return id;
 }
 
+uint32_t Tree::native_frame(uintptr_t ip) {
+  auto it = native_index_.find(ip);
+  if (it != native_index_.end()) return it->second;
+  auto id = static_cast<uint32_t>(frames.size());
+  NativeFrame f{Kind::Native};
+  f.ip = ip;
+  f.described = false;
+  frames.push_back(std::move(f));
+  native_index_.emplace(ip, id);
+  return id;
+}
+
 uint32_t Tree::child(uint32_t parent, uint32_t frame) {
   uint64_t k = (static_cast<uint64_t>(parent) << 32) | frame;
   auto it = child_index_.find(k);

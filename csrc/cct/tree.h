@@ -39,7 +39,8 @@ struct NativeFrame {
   std::string file;
   int line = 0;
   std::string extra;
-  bool described = true;  // false: a Python frame still waiting for its description
+  bool described = true;  // false: waiting for its description (Python) or symbol (native)
+  uintptr_t ip = 0;       // native frames: the return address, symbolized at snapshot time
 };
 
 struct TreeNode {
@@ -56,6 +57,8 @@ class Tree {
   // otherwise `info` (may be null) carries the description taken when it was.
   uint32_t python_frame(const dc_raw_frame& f, bool live, const CodeInfo* info = nullptr);
   uint32_t named_frame(Kind kind, const std::string& name, const std::string& extra = "");
+  // A native frame by return address; its symbol is looked up later (describe_native_frames).
+  uint32_t native_frame(uintptr_t ip);
   uint32_t child(uint32_t parent, uint32_t frame);
   void add(uint32_t node, uint32_t metric, double v);
   uint32_t metric_id(const std::string& name);  // takes its own lock
@@ -64,11 +67,13 @@ class Tree {
   std::vector<TreeNode> nodes;
   std::vector<NativeFrame> frames;
   std::vector<std::string> metric_names;
+  size_t natives_described_upto = 0;
 
  private:
   std::unordered_map<uint64_t, uint32_t> py_index_;
   std::unordered_map<std::string, uint32_t> named_index_;  // kind byte + name + '\0' + extra
-  std::unordered_map<uint64_t, uint32_t> child_index_;      // parent << 32 | frame
+  std::unordered_map<uint64_t, uint32_t> child_index_;
+  std::unordered_map<uintptr_t, uint32_t> native_index_;      // parent << 32 | frame
   std::unordered_map<std::string, uint32_t> metric_index_;
 
 };

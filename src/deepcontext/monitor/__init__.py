@@ -75,7 +75,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["notes"] = []
     core.reset_metrics()
     core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
-               interval=sample_interval or 0.01)
+               interval=sample_interval or 0.01, native="native" in context)
     from ..capture import threads
 
     threads.install()
@@ -89,8 +89,6 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         reason = gpu.start(core)
         if reason:
             note(reason)
-    if "native" in context:
-        note("native frames: not available in this build yet; context holds Python and operator frames")
 
 
 def _enable_torch(torch: Any) -> None:

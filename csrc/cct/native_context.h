@@ -1,0 +1,42 @@
+// Native frames in the calling context: the spliced Python + C/C++ path of an event, with the
+// operator placed where the native stack enters it (`at::_ops::<op>::call`).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "../callpath/python_walk.h"
+#include "tree.h"
+
+namespace dc {
+
+constexpr int kMaxNative = 128;
+
+// How an event's Python frames become tree frames (live on this thread, or copied by a sample).
+using PythonFrameFn = std::function<uint32_t(int py_index)>;
+
+struct NativePlace {
+  uint32_t node = 0;      // the context node the event hangs under
+  uint32_t py_node = 0;   // innermost Python node on the path (0: none)
+  int cut = -1;           // outermost-first depth of the op's call frame in the native stack
+  bool spliced = false;   // false: the stacks could not be paired; use the Python-only path
+};
+
+// Top-level event (no operator open on this thread). `ips` innermost first. With `op_name`,
+// native frames stop at that operator's call frame (the op node goes in its place); without,
+// every native frame down to the event is kept (CPU samples, GPU launches). Tree lock held.
+NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
+                            int n_py, const PythonFrameFn& py_frame, const char* op_name);
+
+// Event inside an open operator whose call frame sits at outermost-first depth `outer_cut`:
+// the native frames below that frame (down to `op_name`'s call frame, if given) go under
+// `outer_node`. Tree lock held.
+NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
+                         int n_ips, const char* op_name);
+
+// Symbolizes native frames added since the last call (tree lock held; off the hot path).
+void describe_native_frames(Tree& t);
+
+// Events whose stacks could not be spliced (they fell back to the Python-only path).
+uint64_t splice_mismatches();
+
+}  // namespace dc
