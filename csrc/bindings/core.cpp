@@ -172,7 +172,8 @@ NB_MODULE(_core, m) {
     for (auto [k, v] : {std::pair<const char*, uint64_t>{"kernels", s.kernels},
                         {"records", s.records}, {"unattributed", s.unattributed},
                         {"ignored", s.ignored}, {"incomplete", s.incomplete},
-                        {"dropped", s.dropped}, {"graph_unmapped", s.graph_unmapped}})
+                        {"dropped", s.dropped}, {"graph_unmapped", s.graph_unmapped},
+                        {"nested_matches", s.nested_matches}})
       out[k] = v;
     out["pending"] = s.pending;
     nb::list devices;

@@ -152,7 +152,8 @@ uint32_t context_of(Tree& t, const Item& it) {
     return kIgnored;
   }
   if (found && (v & kCountFlag) && correlations().settle(corr)) g_settled.fetch_add(1);
-  uint32_t ctx = v & ~kCountFlag;
+  if (found && (v & kNestedFlag)) ++S().stats.nested_matches;
+  uint32_t ctx = v & kNodeMask;
   if (!found || ctx >= t.nodes.size()) {
     ++S().stats.unattributed;
     if (S().unattributed == 0) S().unattributed = t.child(0, t.named_frame(Kind::Marker, "<unattributed>"));

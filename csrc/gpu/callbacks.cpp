@@ -117,8 +117,13 @@ void on_api(int domain_index, CUpti_CallbackId cbid, const CUpti_CallbackData* c
       s.node = context_node();
       if (cls == kSync || cls == kBlockingCopy) s.t0 = now_ns();
     }
-    bool counted = s.depth == 1 && (cls == kLaunch || cls == kGraphLaunch) && s.node != kIgnored;
-    correlations().put(cb->correlationId, counted ? (s.node | kCountFlag) : s.node);
+    // A runtime launch nests its driver launch: both ids are flagged since records may carry
+    // either; the launch is counted once (at the outer exit) and settled by the first record.
+    bool counted = (s.cls == kLaunch || s.cls == kGraphLaunch) && (cls == kLaunch || cls == kGraphLaunch) &&
+                   s.node != kIgnored;
+    uint32_t value = s.node;
+    if (value != kIgnored) value |= (counted ? kCountFlag : 0) | (s.depth > 1 ? kNestedFlag : 0);
+    correlations().put(cb->correlationId, value);
     return;
   }
   if (s.depth <= 0 || --s.depth > 0) return;

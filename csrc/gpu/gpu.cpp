@@ -99,7 +99,9 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
   }
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
     g_sub = nullptr;
-    std::string who = other[0] ? other : "torch.profiler, Nsight or another profiler";
+    std::string who = other;
+    if (who.empty() || who.find("not provided") != std::string::npos)
+      who = "torch.profiler, Nsight or another profiler";
     return "GPU capture off: another CUPTI client is already active (" + who +
            "); profiling CPU only";
   }

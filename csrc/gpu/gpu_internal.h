@@ -9,6 +9,7 @@
 #include <cupti_runtime_cbid.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -59,6 +60,8 @@ std::string result_name(CUptiResult r);
 // Node ids with a special meaning in the maps below.
 constexpr uint32_t kIgnored = 0xFFFFFFFFu;  // launched while capture was paused: not counted
 constexpr uint32_t kCountFlag = 1u << 31;   // a counted launch: its first record settles it
+constexpr uint32_t kNestedFlag = 1u << 30;  // the id of a driver call nested in a runtime call
+constexpr uint32_t kNodeMask = kNestedFlag - 1;
 
 // Correlation id -> context node, direct-mapped; one 64-bit atomic per slot (id << 32 | node)
 // so the launch path never locks. A slot overwritten before its records arrive shows up as an
@@ -66,9 +69,9 @@ constexpr uint32_t kCountFlag = 1u << 31;   // a counted launch: its first recor
 class CorrelationMap {
  public:
   static constexpr uint32_t kSlots = 1u << 21;
-  CorrelationMap() : slots_(new std::atomic<uint64_t>[kSlots]) {
-    for (uint32_t i = 0; i < kSlots; ++i) slots_[i].store(0, std::memory_order_relaxed);
-  }
+  // calloc: untouched slots cost no resident memory (ids grow, so pages fill in over time).
+  CorrelationMap()
+      : slots_(static_cast<std::atomic<uint64_t>*>(std::calloc(kSlots, sizeof(uint64_t)))) {}
   void put(uint32_t corr, uint32_t value) {
     slots_[corr & (kSlots - 1)].store((uint64_t(corr) << 32) | value, std::memory_order_release);
   }
@@ -83,7 +86,7 @@ class CorrelationMap {
   bool settle(uint32_t corr) {
     auto& s = slots_[corr & (kSlots - 1)];
     uint64_t v = s.load(std::memory_order_acquire);
-    while (uint32_t(v >> 32) == corr && (uint32_t(v) & kCountFlag) && uint32_t(v) != kIgnored) {
+    while (uint32_t(v >> 32) == corr && uint32_t(v) != kIgnored && (uint32_t(v) & kCountFlag)) {
       if (s.compare_exchange_weak(v, v & ~uint64_t(kCountFlag))) return true;
     }
     return false;

@@ -25,6 +25,12 @@ head -60 "$OUT/report.txt"
 echo "== gpu tests"
 python3 -m pytest -q -m gpu -p no:cacheprovider "$OLDPWD/tests/gpu" -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 cd "$OLDPWD" || exit 1
+echo "== launch cost (separate processes, 2 rounds)"
+for round in 1 2; do
+  for mode in off python,op python,op,gpu gpu torch; do
+    timeout 120 python3 tests/gpu/launch_cost.py "$mode" 2>&1 | grep "us/launch"
+  done
+done | tee "$OUT/launch_cost.txt"
 if [ $# -gt 0 ]; then
   echo "== benchmark: $*"
   timeout "${BENCH_TIMEOUT:-540}" python3 benchmarks/overhead.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -60

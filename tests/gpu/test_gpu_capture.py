@@ -253,7 +253,11 @@ def test_torch_profiler_inside_deepcontext_no_crash(tmp_path: Path) -> None:
     proc = _run([str(PROGRAMS / "dc_then_torch.py"), str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     t = load(out)
-    before = [n for n in t.nodes if n.frame.kind == "python" and
-              n.frame.line == line_of("dc_then_torch.py", "BEFORE_TORCH")]
-    assert before and launches(nodes_of(t, before[0].id, "kernel")) == 3
+    def at(marker: str) -> int:
+        found = [n.id for n in t.nodes if n.frame.kind == "python" and n.frame.file.endswith(
+            "dc_then_torch.py") and n.frame.line == line_of("dc_then_torch.py", marker)]
+        return launches(nodes_of(t, found[0], "kernel")) if found else 0
+    assert at("BEFORE_TORCH") == 3
+    print("with torch:", at("WITH_TORCH"), "after torch:", at("AFTER_TORCH"),
+          "notes:", t.metadata.get("notes"), "gpu:", t.metadata.get("gpu"))
     print(proc.stdout, proc.stderr[-2000:])
