@@ -11,6 +11,7 @@ from ..tree.cct import CallingContextTree
 from ..tree.frame import KERNEL, MEMCPY, MEMSET, NATIVE, OP, PYTHON, SYNC, Frame
 from ..tree.metrics import format_value, unit_of
 from ..tree.views import FlatRow
+from ._names import short_symbol
 from ._safe import printable
 
 KIND_STYLE = {
@@ -32,10 +33,12 @@ def frame_text(frame: Frame) -> Text:
     if frame.kind == PYTHON:
         t.append(printable(frame.name), style="bold " + style)
         t.append(f"  {printable(frame.file)}:{frame.line}", style="dim")
+    elif frame.kind == NATIVE:
+        t.append(printable(short_symbol(frame.name)), style=style)
+        if frame.file:
+            t.append(f"  {printable(frame.file.rsplit('/', 1)[-1])}", style="dim")
     else:
         t.append(printable(frame.name), style=style)
-        if frame.kind == NATIVE and frame.file:
-            t.append(f"  {printable(frame.file)}", style="dim")
     return t
 
 
