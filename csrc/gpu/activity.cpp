@@ -338,6 +338,12 @@ void init_activity_metrics() {
   m_ms_count = dc::metric_id("memset.count");
 }
 
+void reset_stats() {
+  std::lock_guard<std::mutex> fg(S().fold_mu);
+  S().stats = GpuStats{};
+  for (auto& d : S().dev) d = GpuDeviceStats{};
+}
+
 void fill_stats(GpuStats* out) {
   std::lock_guard<std::mutex> fg(S().fold_mu);
   std::string library = out->library;

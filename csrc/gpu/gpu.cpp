@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../cct/capture.h"
 #include "gpu.h"
 #include "gpu_internal.h"
 
@@ -57,11 +58,19 @@ void flush_locked(double wait_s) {
   gpu::CuptiApi& api = gpu::cupti();
   api.cuptiActivityFlushAll(0);
   if (wait_s <= 0) return;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
-  while (gpu::g_issued.load() - gpu::g_settled.load() > 0 &&
-         std::chrono::steady_clock::now() < deadline) {
+  auto now = std::chrono::steady_clock::now;
+  auto deadline = now() + std::chrono::duration<double>(wait_s);
+  auto last_progress = now();
+  int64_t settled = gpu::g_settled.load();
+  while (gpu::g_issued.load() - gpu::g_settled.load() > 0 && now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     api.cuptiActivityFlushAll(0);
+    if (gpu::g_settled.load() != settled) {
+      settled = gpu::g_settled.load();
+      last_progress = now();
+    } else if (now() - last_progress > std::chrono::seconds(2)) {
+      break;  // nothing arrives any more (records taken by another client, or lost)
+    }
   }
 }
 
@@ -84,6 +93,9 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
   gpu::init_metrics();
   gpu::init_activity_metrics();
   gpu::g_generation.fetch_add(1);
+  gpu::g_issued.store(0);  // per session: the last session's stragglers were flushed at its stop
+  gpu::g_settled.store(0);
+  gpu::reset_stats();
 
   CUptiResult r;
   char other[128] = {0};
@@ -133,6 +145,12 @@ void gpu_stop(double wait_s) {
   disable_all();
   api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_active = false;
+  int64_t missing = gpu::g_issued.load() - gpu::g_settled.load();
+  if (missing > 0) {
+    add_note("GPU capture: " + std::to_string(missing) +
+             " kernel launches got no activity record (another CUPTI client such as "
+             "torch.profiler took the records, or the program ended before they completed)");
+  }
 }
 
 GpuStats gpu_stats() {

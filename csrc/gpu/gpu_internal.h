@@ -139,6 +139,7 @@ void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffe
 const std::vector<CUpti_ActivityKind>& activity_kinds();
 void init_activity_metrics();
 void fill_stats(GpuStats* out);
+void reset_stats();  // per session, like the tree's metrics
 
 }  // namespace gpu
 }  // namespace dc
