@@ -22,7 +22,7 @@ def test_manual_per_parameter_loop_fires_at_the_update_line():
     (f,) = run(manual())
     assert f.location.line == 8 and f.location.function == "sgd_step"
     assert f.evidence["updates_per_gradient"] == 1.0
-    assert "foreach=True" in f.suggestion
+    assert "fused=True" in f.suggestion and "does not help on CPU" in f.suggestion
     assert f.estimated_gain.seconds == 0.025 and f.severity == "warning"
 
 
@@ -51,6 +51,21 @@ def test_single_tensor_adam_points_at_the_step_call():
     assert f.location.line == 40
     assert f.evidence["algorithm"] == "adam"
     assert "torch.optim.Adam(params, lr=..., fused=True)" in f.suggestion
+
+
+def test_single_tensor_rmsprop_on_cpu_has_no_faster_path_to_suggest():
+    step = [user(40), lib("_single_tensor_rmsprop", f"{TORCH_DIR}/optim/rmsprop.py", 300)]
+    tree = build([REST, GRADS, (step + [op("aten::addcmul_")], {"op.count": 240, "op.time": 0.2})])
+    assert run(tree) == []
+
+
+def test_gpu_profiles_suggest_fused_or_foreach():
+    from deepcontext.analysis.testing import kernel
+    tree = manual()
+    leaf = tree.add_path([user(30), op("aten::addmm"), kernel("gemm")])
+    tree.add_metric(leaf, "gpu.time", 0.01)
+    (f,) = run(tree)
+    assert "foreach=True" in f.suggestion and "_foreach_add_" in f.suggestion
 
 
 def test_backward_in_place_ops_are_not_an_optimizer_loop():

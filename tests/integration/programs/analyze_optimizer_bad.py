@@ -1,11 +1,11 @@
-"""Manual SGD: one in-place update per parameter per step, from a Python loop."""
+"""Manual SGD with weight decay: in-place updates per parameter per step, from a Python loop."""
 import torch
 
 
-def sgd_step(params, lr):
+def sgd_step(params, lr, weight_decay=1e-4):
     with torch.no_grad():
         for p in params:
-            p.add_(p.grad, alpha=-lr)  # UPDATE
+            p.mul_(1 - lr * weight_decay).add_(p.grad, alpha=-lr)  # UPDATE
             p.grad = None
 
 

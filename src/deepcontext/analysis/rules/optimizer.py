@@ -13,6 +13,19 @@ from ..rule import Rule, Threshold
 from ._common import percent, seconds
 
 _ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+# Optimizers with a fused CPU kernel (torch >= 2.4). On CPU foreach=True gives no speedup
+# (measured: 297 vs 356 us/step on 24 small tensors, 7x slower on larger ones), fused does.
+_FUSED_ON_CPU = frozenset({"sgd", "adam", "adamw", "adagrad"})
+
+
+def _fix(ctx: AnalysisContext, algorithm: str) -> str:
+    cls = _cls(algorithm)
+    if ctx.has_gpu:
+        return (f"construct the optimizer with fused=True (one kernel for all parameters) or "
+                f"foreach=True (multi-tensor kernels): torch.optim.{cls}(params, lr=..., "
+                f"fused=True)")
+    return (f"construct the optimizer with fused=True, which has a fused CPU kernel: "
+            f"torch.optim.{cls}(params, lr=..., fused=True) (foreach=True does not help on CPU)")
 
 
 class OptimizerLoopRule(Rule):
@@ -27,8 +40,9 @@ class OptimizerLoopRule(Rule):
                                                "fewer is not a per-parameter step"),
         "max_updates_per_grad": Threshold(8, "Adam does ~6 ops per parameter; far more is some "
                                              "other in-place loop"),
-        "foreach_saving": Threshold(0.5, "conservative: foreach/fused steps measured 2-5x faster "
-                                         "than single-tensor on many small parameters"),
+        "foreach_saving": Threshold(0.5, "fused SGD measured 1.7-2.7x faster than the Python "
+                                         "loop on CPU here (12 layers, 16-256 wide); half is "
+                                         "conservative"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
@@ -48,11 +62,13 @@ class OptimizerLoopRule(Rule):
                     spent[owner] += ctx.host_time(node.id)
                     algo[owner] = f.name[len("_single_tensor_"):]
         for owner, t in spent.items():
+            name = algo[owner]
+            if not ctx.has_gpu and name not in _FUSED_ON_CPU:
+                continue  # no faster implementation to point to on CPU
             gain = t * self.t("foreach_saving")
             severity = self.severity_for(ctx, gain)
             if severity is None:
                 continue
-            name = algo[owner]
             yield ctx.finding(
                 self, owner, severity=severity,
                 title=f"optimizer step at {ctx.where(owner)} updates parameters one at a time "
@@ -62,10 +78,7 @@ class OptimizerLoopRule(Rule):
                          f"({percent(ctx.fraction(t))} of the run): a loop over parameters "
                          f"issuing several small operators for each."),
                 evidence={"step_time_s": t, "algorithm": name},
-                suggestion=(f"construct the optimizer with foreach=True (multi-tensor kernels), "
-                            f"or fused=True on CUDA (one kernel for all parameters), e.g. "
-                            f"torch.optim.{_cls(name)}(params, lr=..., fused=True); drop "
-                            f"foreach=False if you set it."),
+                suggestion=_fix(ctx, name) + "; drop foreach=False if you set it",
                 gain_seconds=gain,
                 method=f"conservatively {self.t('foreach_saving'):.0%} of the step's host time")
 
@@ -74,7 +87,8 @@ class OptimizerLoopRule(Rule):
         if grads <= 0:
             return  # no backward pass: in-place loops here are not parameter updates
         for owner, sites in ctx.sites_by_owner.items():
-            fwd = [s for s in sites if not s.backward]
+            # ops issued inside torch.optim are the library path above, not a loop of the user's
+            fwd = [s for s in sites if not s.backward and not _inside_torch_optim(ctx, s.node)]
             calls = sum(ctx.count(s.node) for s in fwd)
             updates = [s for s in fwd if base_name(s.name) in INPLACE_UPDATE]
             n_updates = sum(ctx.count(s.node) for s in updates)
@@ -102,11 +116,16 @@ class OptimizerLoopRule(Rule):
                          f"parameters, {seconds(t)} ({percent(ctx.fraction(t))} of the run)."),
                 evidence={"update_calls": int(n_updates), "gradients": int(grads),
                           "updates_per_gradient": round(ratio, 2), "time_s": t},
-                suggestion=("use torch.optim.SGD(params, lr=lr, foreach=True) (or fused=True on "
-                            "CUDA), or batch the loop yourself: "
-                            "torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)"),
+                suggestion=("replace the loop with a built-in optimizer: " + _fix(ctx, "sgd")
+                            + (", or batch it yourself with torch._foreach_mul_/_foreach_add_("
+                               "params, grads, alpha=-lr)" if ctx.has_gpu else "")),
                 gain_seconds=gain,
                 method=f"conservatively {self.t('foreach_saving'):.0%} of the loop's host time")
+
+
+def _inside_torch_optim(ctx: AnalysisContext, node: int) -> bool:
+    return any("/torch/optim/" in ctx.tree.nodes[a].frame.file.replace("\\", "/")
+               for a in ctx.ancestors(node))
 
 
 def _cls(algorithm: str) -> str:

@@ -21,6 +21,7 @@ class JsonFindingsRenderer:
             "schema": SCHEMA,
             "profile": report.profile,
             "command": meta.get("command"),
+            "complete": meta.get("complete"),
             "profiled_time_s": report.profiled_time,
             "wall_time_s": report.wall_time,
             "counts": {s: counts.get(s, 0) for s in ("error", "warning", "note")},

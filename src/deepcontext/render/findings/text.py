@@ -16,6 +16,9 @@ class TextFindingsRenderer:
         lines = [f"{printable(report.profile)}: {len(findings)} finding"
                  f"{'' if len(findings) == 1 else 's'} (profiled time "
                  f"{format_value(report.profiled_time, 's')} outside imports)"]
+        if report.metadata.get("complete") is False:
+            lines.append("note: this profile is incomplete (the program was killed or crashed "
+                         "before the final flush); findings cover what was flushed")
         if not findings:
             lines.append("no findings: nothing above the rules' thresholds")
         for i, f in enumerate(findings, 1):
