@@ -152,6 +152,18 @@ struct Block {
   int inner, outer;  // py indices, innermost first: py[inner..outer], py[outer] the entry frame
 };
 
+struct Scratch {
+  std::vector<uint8_t> cls;
+  std::vector<int> evals;
+  std::vector<Block> blocks;
+  std::vector<int> block_of;
+};
+
+Scratch& tls_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
 void emit_block(std::vector<SpliceItem>* out, const Block& b) {
   for (int i = b.outer; i >= b.inner; --i) out->push_back({true, i, 0});
 }
@@ -174,8 +186,12 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
     return finish(SpliceStatus::kMismatch);
   };
 
-  thread_local std::vector<uint8_t> cls;
-  thread_local std::vector<int> evals;  // positions in ips of eval frames, innermost first
+  // Per-thread scratch, fetched once (every thread_local access in a shared object is a call).
+  Scratch& scratch = tls_scratch();
+  auto& cls = scratch.cls;
+  auto& evals = scratch.evals;  // positions in ips of eval frames, innermost first
+  auto& blocks = scratch.blocks;  // innermost first
+  auto& block_of = scratch.block_of;  // block_of[e]: the block eval frame e runs, -1 for none
   cls.resize(static_cast<size_t>(std::max(0, n_ips)));
   evals.clear();
   for (int i = 0; i < n_ips; ++i) {
@@ -188,7 +204,6 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
     return finish(SpliceStatus::kNoPython);
   }
 
-  thread_local std::vector<Block> blocks;  // innermost first
   blocks.clear();
   for (int i = 0, start = 0; i < n_py; ++i)
     if (py[i].entry || i == n_py - 1) {
@@ -198,8 +213,6 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
   const int m = static_cast<int>(evals.size()), k = static_cast<int>(blocks.size());
   if (m == 0) return python_only();
 
-  // block_of[e]: the block run by eval frame e (innermost first), -1 for none.
-  thread_local std::vector<int> block_of;
   block_of.assign(static_cast<size_t>(m), -1);
   int outer_blocks_from = k;   // blocks [from, k) precede every native frame (native cut short)
   bool inner_leftover = false; // block 0 has no eval frame yet (pushed, not yet running)
