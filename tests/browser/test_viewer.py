@@ -257,3 +257,21 @@ def test_stays_fluid_with_100k_nodes(open_viewer):
         v.page.locator("#dc-search-result").text_content().split(" ")[0].isdigit()
     click_node(v, v.api("drawn()")[1][0])
     assert v.api("state()")["zoom"] != 0 and v.errors == []
+
+
+def test_names_that_are_javascript_object_keys(open_viewer):
+    tree = CallingContextTree({"command": ["__proto__"]})
+    leaf = tree.add_path([Frame.make("python", "constructor", "__proto__", 1),
+                          Frame.make("python", "toString", "constructor", 2)])
+    tree.add_metric(leaf, "__proto__", 2.0)
+    tree.add_metric(leaf, "constructor", 1.0)
+    v = open_viewer(tree, "proto")
+    assert v.errors == []
+    assert v.page.locator("#dc-metric option").all_text_contents() == ["__proto__ (2)",
+                                                                      "constructor (1)"]
+    click_node(v, v.api("findNode('toString')"))
+    assert "not in this page" in v.page.locator("#dc-source-body").text_content()
+    v.page.select_option("#dc-metric", "constructor")
+    v.page.click("#dc-mode-bottomup")
+    next_frame(v)
+    assert len(v.api("drawn()")) == 3 and v.errors == []

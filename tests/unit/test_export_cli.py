@@ -99,3 +99,15 @@ def test_large_export_shows_progress_on_stderr(tmp_path, capsys, monkeypatch):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "wrote" in captured.err
+
+
+@pytest.mark.parametrize("fmt", sorted(EXPORTERS))
+def test_non_finite_values_export_as_zero(fmt):
+    tree = training_tree()
+    tree.add_metric(2, "cpu.time", float("nan"))
+    tree.add_metric(3, "gpu.time", float("inf"))
+    data = EXPORTERS[fmt].render(tree, ExportOptions(metric="cpu.time"))
+    if fmt != "pprof":
+        assert b"NaN" not in data and b"Infinity" not in data
+    if fmt in ("speedscope", "hatchet", "trace"):
+        json.loads(data)

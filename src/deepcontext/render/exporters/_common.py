@@ -3,6 +3,8 @@ selection, unit scaling and progress reporting."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterator
 
 from ...errors import DeepContextError
@@ -96,8 +98,30 @@ _SELF_EXPLAINING = frozenset({"root", "python", "module", "op", "native", "kerne
 def display_name(frame: Frame) -> str:
     """The name a foreign tool shows for a frame (file and line travel separately)."""
     if frame.kind in _SELF_EXPLAINING:
-        return frame.name
-    return f"[{frame.kind}] {frame.name}"
+        return no_surrogates(frame.name)
+    return no_surrogates(f"[{frame.kind}] {frame.name}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def no_surrogates(text: str) -> str:
+    """Lone surrogates (undecodable bytes in names) written as visible ``\\udXXX`` text:
+    strict JSON and protobuf readers reject them."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def finite_tree(tree: CallingContextTree) -> CallingContextTree:
+    """``tree`` itself, or a copy with NaN/infinite values (a damaged file) set to zero, which
+    no output format can carry."""
+    if all(math.isfinite(v) for n in tree.nodes for v in n.metrics.values()):
+        return tree
+    out = CallingContextTree(tree.metadata)
+    for node in tree.nodes:
+        nid = node.id if node.id == 0 else out.child(node.parent, node.frame)
+        for metric, value in node.metrics.items():
+            out.add_metric(nid, metric, value if math.isfinite(value) else 0.0)
+    return out
 
 
 def profile_title(tree: CallingContextTree) -> str:

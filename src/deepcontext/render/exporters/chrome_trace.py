@@ -17,7 +17,7 @@ from ...tree.cct import CallingContextTree
 from ...tree.frame import PYTHON, THREAD
 from ...tree.metrics import unit_of
 from . import ExportOptions
-from ._common import PROGRESS_STEP, display_name, profile_title
+from ._common import PROGRESS_STEP, display_name, finite_tree, no_surrogates, profile_title
 
 NS_PER_S = 1_000_000_000
 
@@ -56,6 +56,7 @@ class ChromeTraceExporter:
 
     def render(self, tree: CallingContextTree, options: ExportOptions) -> bytes:
         """The trace-event document (``traceEvents`` plus metadata)."""
+        tree = finite_tree(tree)
         metric = _time_metric(tree, options)
         dur = durations_ns(tree, metric)
         events: list[dict[str, Any]] = [
@@ -86,7 +87,7 @@ class ChromeTraceExporter:
             node = tree.nodes[nid]
             args: dict[str, Any] = {k: v for k, v in sorted(node.metrics.items()) if v}
             if node.frame.file:
-                args["file"] = node.frame.file
+                args["file"] = no_surrogates(node.frame.file)
                 if node.frame.kind == PYTHON:
                     args["line"] = node.frame.line
             events.append({"name": display_name(node.frame), "cat": node.frame.kind, "ph": "X",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...tree.cct import CallingContextTree
 from ...tree.frame import PYTHON, Frame
 from . import ExportOptions
-from ._common import clean_name, display_name, integer_unit, single_metric, walk_paths
+from ._common import clean_name, display_name, finite_tree, integer_unit, single_metric, walk_paths
 
 
 def folded_name(frame: Frame) -> str:
@@ -28,6 +28,7 @@ class FoldedExporter:
 
     def render(self, tree: CallingContextTree, options: ExportOptions) -> bytes:
         """The folded lines, one metric (the asked one or the profile's default)."""
+        tree = finite_tree(tree)
         metric = single_metric(tree, options)
         _, scale = integer_unit(metric)
         names: dict[int, str] = {}

@@ -10,7 +10,7 @@ from typing import Any
 from ...tree.cct import CallingContextTree
 from ...tree.frame import Frame
 from . import ExportOptions
-from ._common import PROGRESS_STEP, chosen_metrics, display_name
+from ._common import PROGRESS_STEP, chosen_metrics, display_name, finite_tree, no_surrogates
 
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
@@ -18,7 +18,7 @@ _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 def _frame_doc(frame: Frame) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": display_name(frame), "type": frame.kind}
     if frame.file:
-        doc["file"] = frame.file
+        doc["file"] = no_surrogates(frame.file)
     if frame.line:
         doc["line"] = frame.line
     return doc
@@ -31,6 +31,7 @@ class HatchetExporter:
 
     def render(self, tree: CallingContextTree, options: ExportOptions) -> bytes:
         """The literal list with one root, written iteratively (deep trees cannot overflow)."""
+        tree = finite_tree(tree)
         metrics = chosen_metrics(tree, options)
         incs = {m: tree.inclusive_all(m) for m in metrics}
         out: list[str] = ["["]

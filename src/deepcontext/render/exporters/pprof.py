@@ -12,7 +12,15 @@ import gzip
 from ...tree.cct import CallingContextTree
 from ...tree.frame import PYTHON, Frame
 from . import ExportOptions
-from ._common import chosen_metrics, display_name, integer_unit, profile_title, walk_paths
+from ._common import (
+    chosen_metrics,
+    display_name,
+    finite_tree,
+    integer_unit,
+    no_surrogates,
+    profile_title,
+    walk_paths,
+)
 from ._protowire import Message
 
 # Field numbers of profile.proto.
@@ -24,6 +32,10 @@ SAMPLE_LOCATION_ID, SAMPLE_VALUE = 1, 2
 LOCATION_ID, LOCATION_LINE = 1, 4
 LINE_FUNCTION_ID, LINE_LINE = 1, 2
 FUNCTION_ID, FUNCTION_NAME, FUNCTION_SYSTEM_NAME, FUNCTION_FILENAME = 1, 2, 3, 4
+
+
+def _int64(value: float) -> int:
+    return max(-(2**63), min(2**63 - 1, round(value)))
 
 
 class _Strings:
@@ -48,6 +60,7 @@ class PprofExporter:
 
     def render(self, tree: CallingContextTree, options: ExportOptions) -> bytes:
         """The gzipped serialized ``perftools.profiles.Profile``."""
+        tree = finite_tree(tree)
         metrics = chosen_metrics(tree, options)
         scales = [integer_unit(m) for m in metrics]
         strings = _Strings()
@@ -62,7 +75,7 @@ class PprofExporter:
             loc = locations.get(node.frame)
             if loc is None:
                 loc = locations[node.frame] = len(locations) + 1
-                fkey = (display_name(node.frame), node.frame.file)
+                fkey = (display_name(node.frame), no_surrogates(node.frame.file))
                 fid = functions.get(fkey)
                 if fid is None:
                     fid = functions[fkey] = len(functions) + 1
@@ -74,7 +87,7 @@ class PprofExporter:
                 profile.message(PROFILE_LOCATION, Message().int(LOCATION_ID, loc).message(
                     LOCATION_LINE, Message().int(LINE_FUNCTION_ID, fid).int(LINE_LINE, line)))
             node_location[node.id] = loc
-            values = [round(node.metrics.get(m, 0.0) * scale) for m, (_, scale) in zip(metrics, scales)]
+            values = [_int64(node.metrics.get(m, 0.0) * scale) for m, (_, scale) in zip(metrics, scales)]
             if any(values):
                 sample = Message().packed(SAMPLE_LOCATION_ID, (node_location[i] for i in reversed(path)))
                 sample.packed(SAMPLE_VALUE, values)  # one entry per sample type, zeros too

@@ -10,7 +10,14 @@ from ...tree.cct import CallingContextTree
 from ...tree.frame import PYTHON, Frame
 from ...tree.metrics import unit_of
 from . import ExportOptions
-from ._common import chosen_metrics, display_name, profile_title, walk_paths
+from ._common import (
+    chosen_metrics,
+    display_name,
+    finite_tree,
+    no_surrogates,
+    profile_title,
+    walk_paths,
+)
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 #: our units -> speedscope's ValueUnit
@@ -20,7 +27,7 @@ UNITS = {"s": "seconds", "bytes": "bytes", "count": "none"}
 def _frame_doc(frame: Frame) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": display_name(frame)}
     if frame.file:
-        doc["file"] = frame.file
+        doc["file"] = no_surrogates(frame.file)
     if frame.kind == PYTHON and frame.line > 0:
         doc["line"] = frame.line
     return doc
@@ -33,6 +40,7 @@ class SpeedscopeExporter:
 
     def render(self, tree: CallingContextTree, options: ExportOptions) -> bytes:
         """The speedscope document as UTF-8 JSON."""
+        tree = finite_tree(tree)
         metrics = chosen_metrics(tree, options)
         frame_index: dict[Frame, int] = {}
         frames: list[dict[str, Any]] = []

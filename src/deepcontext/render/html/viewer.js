@@ -16,6 +16,10 @@
   const MATCH_COLOUR = "#e040fb";
   const S = D.strings, FK = D.frames.kind, FN = D.frames.name, FF = D.frames.file, FL = D.frames.line;
   const NF = FK.length;
+  // Names from the profile become object keys (metrics, files): keep "__proto__" and friends
+  // ordinary keys by using prototype-less maps and own-property lookups.
+  const dict = () => Object.create(null);
+  const own = (obj, key) => (Object.prototype.hasOwnProperty.call(obj, key) ? obj[key] : undefined);
 
   // ---- trees ----------------------------------------------------------------------------
   // A tree is columns: parent[i] < i, frame[i] indexes the frame table, excl[metric][i].
@@ -29,7 +33,7 @@
     for (let i = 1; i < n; i++) kids[fill[parent[i]]++] = i;
     const depth = new Int32Array(n);
     for (let i = 1; i < n; i++) depth[i] = depth[parent[i]] + 1;
-    return { n, parent, frame, excl, start, kids, depth, inc: {}, sortedBy: null, maxDepth: {} };
+    return { n, parent, frame, excl, start, kids, depth, inc: dict(), sortedBy: null, maxDepth: dict() };
   }
 
   function inclusive(t, m) {
@@ -55,9 +59,9 @@
   }
 
   const metricNames = D.metrics.map((m) => m.name);
-  const unitOf = {};
+  const unitOf = dict();
   D.metrics.forEach((m) => { unitOf[m.name] = m.unit; });
-  const topExcl = {};
+  const topExcl = dict();
   metricNames.forEach((m) => { topExcl[m] = Float64Array.from(D.values[m]); });
   const TOP = makeTree(Int32Array.from(D.nodes.parent), Int32Array.from(D.nodes.frame), topExcl);
   let INV = null;
@@ -67,7 +71,7 @@
   function invertedTree() {
     if (INV) return INV;
     const parent = [-1], frame = [0], index = new Map();
-    const excl = {};
+    const excl = dict();
     metricNames.forEach((m) => { excl[m] = [0]; });
     for (let i = 1; i < TOP.n; i++) {
       let any = false;
@@ -88,7 +92,7 @@
       }
       for (const m of metricNames) excl[m][cur] += topExcl[m][i];
     }
-    const ex = {};
+    const ex = dict();
     metricNames.forEach((m) => { ex[m] = Float64Array.from(excl[m]); });
     INV = makeTree(Int32Array.from(parent), Int32Array.from(frame), ex);
     return INV;
@@ -266,7 +270,7 @@
     let where = kind;
     if (S[FF[f]]) where += " \u00b7 " + S[FF[f]] + (kind === "python" ? ":" + FL[f] : "");
     wrap.appendChild(el("div", where, "dc-muted"));
-    const extra = D.frames.extra[String(f)];
+    const extra = own(D.frames.extra, String(f));
     if (extra) wrap.appendChild(el("div", extra.map((kv) => kv[0] + "=" + kv[1]).join("  "), "dc-muted"));
     wrap.appendChild(metricsTable(t, id));
     return wrap;
@@ -331,11 +335,11 @@
       body.textContent = "Not a Python frame: no source line.";
       return;
     }
-    const src = D.sources.files[file];
+    const src = own(D.sources.files, file);
     if (!src) {
       body.className = "dc-muted";
       body.textContent = "Source of " + file + " is not in this page: " +
-        (D.sources.missing[file] || "only the program's own .py files are embedded");
+        (own(D.sources.missing, file) || "only the program's own .py files are embedded");
       return;
     }
     body.className = "";
@@ -539,7 +543,7 @@
   // Read-only hooks for tests and for scripting the page from the console.
   window.deepcontextViewer = {
     nodeCount: () => TOP.n,
-    drawn: () => drawn.map((d) => d.slice()),
+    drawn: () => { if (pending) draw(); return drawn.map((d) => d.slice()); },  // current boxes
     state: () => ({ metric: state.metric, mode: state.mode, zoom: state.zoom, selected: state.selected,
                     search: state.searchText }),
     label: (id) => (id === 0 ? "all" : frameLabel(tree().frame[id])),
