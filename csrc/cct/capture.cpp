@@ -150,13 +150,17 @@ uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_f
   if (s == nullptr) return intern_under(t, d, node, buf, n);
   int common = 0;
   while (common < n && common < s->cache_n) {
-    if (python_key(buf[n - 1 - common]) != s->cache_key[common]) break;
+    const dc_raw_frame& a = buf[n - 1 - common];
+    const dc_raw_frame& b = s->cache_frame[common];
+    if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
+        a.firstlineno != b.firstlineno)
+      break;
     ++common;
   }
   if (common > 0) node = s->cache_node[common - 1];
   for (int i = common; i < n; ++i) {
     node = t.child(node, d.frame(t, buf, n - 1 - i));
-    s->cache_key[i] = python_key(buf[n - 1 - i]);
+    s->cache_frame[i] = buf[n - 1 - i];
     s->cache_node[i] = node;
   }
   s->cache_n = n;
@@ -205,6 +209,15 @@ bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
   *out = place_nested(t, top->node, top->native_cut, ips, n_ips, op_name);
   out->py_node = top->py_node;
   return out->spliced;
+}
+
+uint32_t op_frame(Tree& t, ThreadState* s, const char* name) {
+  auto& e = s->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+  if (e.ptr == name && e.text == name) return e.frame;
+  e.frame = t.named_frame(Kind::Op, name);
+  e.ptr = name;
+  e.text = name;
+  return e.frame;
 }
 
 // The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
@@ -418,7 +431,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
                               &py_node)
                    : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
     }
-    frame = t.named_frame(Kind::Op, name);
+    frame = op_frame(t, s, name);
     // An engine wrapper without a sequence number learns its forward line from the backward
     // node it runs next; until then it is parked on its ordinary parent.
     pending = wrapper && seq_nr < 0;

@@ -60,8 +60,16 @@ struct ThreadState {
   bool has_timer = false;
   // Owner-only prefix cache of the last full Python path, outermost first.
   int cache_n = 0;
-  uint64_t cache_key[kMaxPyDepth];
+  dc_raw_frame cache_frame[kMaxPyDepth];  // compared by identity fields, not by hash
   uint32_t cache_node[kMaxPyDepth];
+  // Owner-only cache of operator name -> frame id. Names of backward ops point into reused
+  // temporaries, so a hit needs the same pointer and the same text.
+  struct OpName {
+    const char* ptr = nullptr;
+    uint32_t frame = 0;
+    std::string text;
+  };
+  OpName op_names[256];
 };
 
 struct Options {
