@@ -17,6 +17,12 @@ def test_real_torch_profile_renders_and_searches(open_viewer, torch_profile, tmp
     v = open_viewer.load_page(html.as_uri())
     assert v.errors == [] and v.dialogs == [] and v.requests == [html.as_uri()]
     assert v.api("nodeCount()") == len(tree)
+    try:
+        from deepcontext.analysis import analyze
+    except ImportError:
+        pass
+    else:  # the analyzer's findings are in the panel, one entry each
+        assert v.page.locator("#dc-findings-list li").count() == len(analyze(tree))
     v.page.select_option("#dc-metric", "op.time")
     v.page.evaluate("() => new Promise(r => requestAnimationFrame(() => r()))")
     labels = [v.api(f"label({b[0]})") for b in v.api("drawn()")]

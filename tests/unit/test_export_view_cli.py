@@ -125,3 +125,35 @@ def test_server_is_not_reachable_on_other_interfaces(server):
             continue
         with pytest.raises(OSError):
             socket.create_connection((addr, server.port), timeout=1).close()
+
+
+def test_serve_end_to_end(profile, tmp_path):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "served.html"
+    proc = subprocess.Popen([sys.executable, "-m", "deepcontext", "view", str(profile), "-o",
+                             str(out), "--serve", "--no-browser", "--no-findings"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any("serving" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, f"server exited: {lines}"
+            lines.append(line)
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", lines[-1]).group(1))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/served.html")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == out.read_bytes()
+        assert "default-src 'none'" in resp.getheader("Content-Security-Policy")
+        conn.request("GET", "/run.dcprof")
+        resp = conn.getresponse()
+        assert resp.status == 404
+        resp.read()
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0

@@ -371,7 +371,7 @@
   }
 
   // ---- findings ---------------------------------------------------------------------------
-  const SEVERITIES = ["critical", "high", "error", "medium", "warning", "low", "info"];
+  const SEVERITIES = ["error", "warning", "note", "critical", "high", "medium", "low", "info"];
   function showFindings() {
     const list = $("dc-findings-list"), fs = D.findings || [];
     $("dc-findings-status").textContent = fs.length ? "(" + fs.length + ")" : (D.findingsStatus || "none");
@@ -393,6 +393,7 @@
       if (fd.category) bits.push(String(fd.category));
       if (bits.length) li.appendChild(el("div", bits.join(" \u00b7 "), "dc-muted"));
       if (fd.suggestion) li.appendChild(el("div", fd.suggestion, "dc-finding-fix"));
+      if (gain && gain.method) li.appendChild(el("div", "estimate: " + gain.method, "dc-muted"));
       li.addEventListener("click", () => jumpTo(fd.node));
       list.appendChild(li);
     });
