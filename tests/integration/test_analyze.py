@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from helpers import PROGRAMS, line_of, record  # noqa: E402
+from helpers import PROGRAMS, line_of, record
 
 SCHEMA = Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json"
 OPTIONS = ("--sample-interval", "0.005")
@@ -31,7 +31,7 @@ RANK = {"note": 0, "warning": 1, "error": 2}
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "deepcontext", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd)
+                          text=True, timeout=120, cwd=cwd, check=False)
 
 
 @pytest.fixture(scope="module")

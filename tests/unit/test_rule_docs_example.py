@@ -9,7 +9,7 @@ DOC = Path(__file__).parents[2] / "docs" / "analyzer.md"
 
 
 def python_blocks():
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
 
 
 def test_documented_rule_file_loads_and_its_test_passes(tmp_path):

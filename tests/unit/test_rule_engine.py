@@ -4,9 +4,16 @@ import warnings
 
 import pytest
 
-from deepcontext.analysis import (Finding, Rule, Threshold, analyze, builtin_rules, is_user_file,
-                                  load_rules_file)
-from deepcontext.analysis import registry
+from deepcontext.analysis import (
+    Finding,
+    Rule,
+    Threshold,
+    analyze,
+    builtin_rules,
+    is_user_file,
+    load_rules_file,
+    registry,
+)
 from deepcontext.analysis.finding import CATEGORIES
 from deepcontext.analysis.testing import build, op, user
 from deepcontext.errors import DeepContextError

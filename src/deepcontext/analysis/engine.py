@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from ..tree.cct import CallingContextTree
 from .context import AnalysisContext
@@ -23,9 +23,10 @@ def analyze(tree: CallingContextTree, rules: Sequence[Rule | type[Rule]] | None 
     ctx = AnalysisContext(tree)
     found: list[Finding] = []
     for rule in active:
+        # a broken (user) rule must not hide the other rules' findings
         try:
             found.extend(rule.check(ctx))
-        except Exception as e:  # a broken (user) rule must not hide the others' findings
+        except Exception as e:  # noqa: BLE001
             warnings.warn(f"rule {rule.id} failed: {type(e).__name__}: {e}", stacklevel=2)
     merged = merge_duplicates(found)
     kept = [f for f in merged if severity_rank(f.severity) >= floor]

@@ -48,7 +48,7 @@ MATMUL_CONV = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "c
 
 def base_name(op_name: str) -> str:
     """``aten::add_`` -> ``add_``; other namespaces keep their full name."""
-    return op_name[6:] if op_name.startswith("aten::") else op_name
+    return op_name.removeprefix("aten::")
 
 
 def is_pointwise(op_name: str) -> bool:

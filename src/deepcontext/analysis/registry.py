@@ -61,7 +61,7 @@ def load_rules_file(path: str | Path) -> list[Rule]:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # a user's file: report it in one line
+    except Exception as e:  # noqa: BLE001 (a user's file: report it in one line)
         raise DeepContextError(f"--rules {p}: {type(e).__name__}: {e}") from None
     rules = rules_in_module(module)
     if not rules:
@@ -83,7 +83,7 @@ def entry_point_rules() -> list[Rule]:
                 rules.extend(_instance(r, ep.name) for r in obj)
             else:
                 rules.append(_instance(obj, ep.name))
-        except Exception as e:  # one broken plugin must not stop the analysis
+        except Exception as e:  # noqa: BLE001 (one broken plugin must not stop the analysis)
             warnings.warn(f"rule entry point {ep.name!r} failed to load: {e}", stacklevel=2)
     return rules
 

@@ -36,4 +36,4 @@ def percent(fraction: float) -> str:
 
 
 def short_op(name: str) -> str:
-    return name[6:] if name.startswith("aten::") else name
+    return name.removeprefix("aten::")

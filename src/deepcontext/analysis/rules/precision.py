@@ -15,10 +15,10 @@ from ..rule import Rule, Threshold
 from ._common import percent, seconds
 
 # cuBLAS/cuDNN/CUTLASS kernel names of fp32 math without tensor cores...
-_FP32 = re.compile(r"sgemm|scudnn|f32f32_f32f32|_simt_|fp32_simt|gemm_fp32", re.I)
+_FP32 = re.compile(r"sgemm|scudnn|f32f32_f32f32|_simt_|fp32_simt|gemm_fp32", re.IGNORECASE)
 # ...and the markers of tensor-core or reduced-precision variants.
 _TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h884|h1688|h16816|s1688|s16816|hmma|i8|e4m3|e5m2|"
-                          r"tensorop|wgmma|gmma", re.I)
+                          r"tensorop|wgmma|gmma", re.IGNORECASE)
 
 
 class PrecisionRule(Rule):

@@ -42,4 +42,4 @@ def render(report: FindingsReport, fmt: str) -> str:
     return renderers()[fmt].render(report)
 
 
-__all__ = ["FindingsReport", "FindingsRenderer", "render", "renderers"]
+__all__ = ["FindingsRenderer", "FindingsReport", "render", "renderers"]

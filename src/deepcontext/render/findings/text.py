@@ -13,8 +13,8 @@ class TextFindingsRenderer:
 
     def render(self, report: FindingsReport) -> str:
         findings = report.findings
-        lines = [f"{printable(report.profile)}: {len(findings)} finding"
-                 f"{'' if len(findings) == 1 else 's'} (profiled time "
+        plural = "" if len(findings) == 1 else "s"
+        lines = [f"{printable(report.profile)}: {len(findings)} finding{plural} (profiled time "
                  f"{format_value(report.profiled_time, 's')} outside imports)"]
         if report.metadata.get("complete") is False:
             lines.append("note: this profile is incomplete (the program was killed or crashed "
@@ -33,8 +33,8 @@ class TextFindingsRenderer:
                 f"   {printable(f.title)}",
                 f"   why:  {printable(f.message, 1000)}",
                 f"   fix:  {printable(f.suggestion, 1000)}",
-                f"   gain: ~{format_value(gain.seconds, 's')} ({100 * gain.fraction:.1f}% of "
-                f"profiled time): {printable(gain.method)}",
+                (f"   gain: ~{format_value(gain.seconds, 's')} ({100 * gain.fraction:.1f}% of "
+                 f"profiled time): {printable(gain.method)}"),
             ]
             if f.location:
                 lines.append(f"   at:   {printable(f.location.file)}:{f.location.line}")
