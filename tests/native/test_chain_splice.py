@@ -92,8 +92,10 @@ def test_thread_path_starts_at_its_bootstrap(core, chain_ext):
     assert only_chain_native(path) == ["dcn_chain_a", "dcn_chain_b", "dcn_chain_c"]
 
 
-def test_libgcc_fallback_gives_the_same_path(core, chain_ext, tmp_path):
-    env = dict(os.environ, DEEPCONTEXT_UNWINDER="libgcc",
+@pytest.mark.parametrize("unwinder,lines", [("libgcc", "1"), ("libunwind", "0")])
+def test_fallbacks_give_the_same_path(core, chain_ext, unwinder, lines):
+    # libgcc's unwinder instead of libunwind; no line reader (as without libdw.so.1).
+    env = dict(os.environ, DEEPCONTEXT_UNWINDER=unwinder, DEEPCONTEXT_NATIVE_LINES=lines,
                DCN_EXT_DIR=str(Path(chain_ext.__file__).parent))
     script = (
         "import json, sys, importlib\n"
@@ -103,13 +105,18 @@ def test_libgcc_fallback_gives_the_same_path(core, chain_ext, tmp_path):
         "sys.path.insert(0, os.environ['DCN_EXT_DIR'])\n"
         "core = load_core(); calls.install(core, importlib.import_module('dcnative_chain'))\n"
         "status, path = calls.caller()\n"
-        "print(json.dumps([core.native_info()['unwinder'], status, path]))\n")
+        "print(json.dumps([core.native_info(), status, path]))\n")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    unwinder, status, path = json.loads(out.stdout)
+    info, status, path = json.loads(out.stdout)
     path = normalize([tuple(p) for p in path])
-    assert unwinder == "libgcc"
+    if unwinder == "libgcc" or core.native_info()["unwinder"] == "libunwind":
+        assert info["unwinder"] == unwinder
     assert status == "exact"
-    assert path[-5:] == [py("caller")] + chain_frames(core, chain_ext) + [py("callback")]
+    native = chain_frames(core, chain_ext)
+    if lines == "0":
+        assert info["line_reader"] == ""
+        native = [("native", n, chain_ext.__file__, 0) for _, n, _, _ in native]
+    assert path[-5:] == [py("caller")] + native + [py("callback")]
     assert only_chain_native(path) == ["dcn_chain_a", "dcn_chain_b", "dcn_chain_c"]
