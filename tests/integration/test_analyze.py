@@ -25,6 +25,7 @@ PAIRS = [
     ("optimizer", "optimizer-per-parameter", "UPDATE", "warning"),
     ("layout", "layout-copy", "LAYOUT", "warning"),
     ("loop", "cpu-latency", "LOOP", "warning"),
+    ("loader", "dataloader-main-process", "LOADER", "warning"),
 ]
 RANK = {"note": 0, "warning": 1, "error": 2}
 

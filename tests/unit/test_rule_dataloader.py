@@ -34,3 +34,16 @@ def test_below_five_percent_is_only_a_note():
 
 def test_worker_processes_are_quiet():
     assert run(loading(0.3, cls="_MultiProcessingDataLoaderIter")) == []
+
+
+def test_the_dataloaders_record_function_op_measures_loading():
+    frames = [user(21), lib("_BaseDataLoaderIter.__next__", DL, 721),
+              op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")]
+    (f,) = run((frames, {"op.time": 0.08, "op.count": 33}),
+               (frames + [op("aten::stack")], {"op.time": 0.01, "op.count": 32}))
+    assert f.location.line == 21 and f.evidence["loading_time_s"] == 0.09
+
+
+def test_waiting_on_worker_processes_is_not_this_rule():
+    frames = [user(21), op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")]
+    assert run((frames, {"op.time": 0.3, "op.count": 33})) == []

@@ -1,22 +1,33 @@
 """Data loading in the main process: with num_workers=0 the training loop stops every step
-while the DataLoader fetches and collates the batch on the same thread."""
+while the DataLoader fetches and collates the batch on the same thread.
+
+The DataLoader wraps each ``__next__`` in a record_function named
+``enumerate(DataLoader)#<iterator class>.__next__``, so the operator layer measures the loading
+wall time exactly; the iterator's Python frames are the fallback when operators are not captured."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ...tree.frame import PYTHON
+from ...tree.frame import OP, PYTHON, Frame
 from ..context import AnalysisContext
 from ..finding import Finding
 from ..rule import Rule, Threshold
 from ._common import percent, seconds
 
 _SINGLE = "_SingleProcessDataLoaderIter."
+_SINGLE_OP = "enumerate(DataLoader)#_SingleProcessDataLoaderIter"
 
 
 def _is_loader_file(path: str) -> bool:
     return path.replace("\\", "/").endswith("torch/utils/data/dataloader.py")
+
+
+def _is_loader_frame(f: Frame) -> bool:
+    if f.kind == OP:
+        return f.name.startswith(_SINGLE_OP)
+    return f.kind == PYTHON and f.name.startswith(_SINGLE) and _is_loader_file(f.file)
 
 
 class DataLoaderRule(Rule):
@@ -33,14 +44,11 @@ class DataLoaderRule(Rule):
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
         spent: dict[int, float] = defaultdict(float)
         for node in ctx.tree.nodes[1:]:
-            f = node.frame
-            if f.kind != PYTHON or not f.name.startswith(_SINGLE) or not _is_loader_file(f.file):
+            if not _is_loader_frame(node.frame) or ctx.owner[node.id] <= 0:
                 continue
-            parent = ctx.tree.nodes[node.parent].frame
-            if parent.name.startswith(_SINGLE) and _is_loader_file(parent.file):
-                continue  # count the outermost loader frame of each path once
-            if ctx.owner[node.id] > 0:
-                spent[ctx.owner[node.id]] += ctx.host_time(node.id)
+            if any(_is_loader_frame(ctx.tree.nodes[a].frame) for a in ctx.ancestors(node.parent)):
+                continue  # count the outermost loading frame of each path once
+            spent[ctx.owner[node.id]] += ctx.host_time(node.id)
         for owner, t in spent.items():
             severity = self.severity_for(ctx, t)
             if severity is None:
