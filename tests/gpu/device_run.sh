@@ -26,7 +26,7 @@ echo "== gpu tests"
 python3 -m pytest -q -m gpu -p no:cacheprovider "$OLDPWD/tests/gpu" -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 cd "$OLDPWD" || exit 1
 echo "== launch cost (separate processes, 2 rounds)"
-for round in 1 2; do
+for round in $(seq "${LAUNCH_ROUNDS:-2}"); do
   for mode in off python,op python,op,gpu gpu torch; do
     timeout 120 python3 tests/gpu/launch_cost.py "$mode" 2>&1 | grep "us/launch"
   done

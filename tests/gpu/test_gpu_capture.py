@@ -159,6 +159,20 @@ def test_item_is_an_implicit_sync(profiled: CallingContextTree) -> None:
     assert launches(nodes_of(profiled, nid, "kernel")) >= 1  # the sum
 
 
+def test_pinned_h2d_copy(profiled: CallingContextTree) -> None:
+    copies = nodes_of(profiled, line_node(profiled, "H2D_PINNED"), "memcpy")
+    assert [c.frame.name for c in copies] == ["HtoD pinned"]
+    assert copies[0].metrics["memcpy.bytes"] == K.PINNED_FLOATS * 4
+    assert copies[0].frame.get("src") == "pinned" and copies[0].frame.get("dst") == "device"
+
+
+def test_memset_on_its_line(profiled: CallingContextTree) -> None:
+    sets = nodes_of(profiled, line_node(profiled, "MEMSET"), "memset")
+    assert len(sets) == 1 and sets[0].frame.name == "memset device"
+    assert sets[0].metrics["memset.bytes"] == K.MEMSET_BYTES
+    assert sets[0].metrics["memset.count"] == 1 and sets[0].metrics["memset.time"] > 0
+
+
 def test_graph_replays_under_capture_context(profiled: CallingContextTree) -> None:
     replay = line_node(profiled, "REPLAY")
     captured = line_node(profiled, "CAPTURE", graph=True)
@@ -253,11 +267,13 @@ def test_torch_profiler_inside_deepcontext_no_crash(tmp_path: Path) -> None:
     proc = _run([str(PROGRAMS / "dc_then_torch.py"), str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     t = load(out)
-    def at(marker: str) -> int:
+    def kernels_at(marker: str) -> list:
         found = [n.id for n in t.nodes if n.frame.kind == "python" and n.frame.file.endswith(
             "dc_then_torch.py") and n.frame.line == line_of("dc_then_torch.py", marker)]
-        return launches(nodes_of(t, found[0], "kernel")) if found else 0
-    assert at("BEFORE_TORCH") == 3
-    print("with torch:", at("WITH_TORCH"), "after torch:", at("AFTER_TORCH"),
-          "notes:", t.metadata.get("notes"), "gpu:", t.metadata.get("gpu"))
+        return nodes_of(t, found[0], "kernel") if found else []
+    print("with torch:", launches(kernels_at("WITH_TORCH")), "after torch:",
+          launches(kernels_at("AFTER_TORCH")), "notes:", t.metadata.get("notes"),
+          "gpu:", t.metadata.get("gpu"))
     print(proc.stdout, proc.stderr[-2000:])
+    before = kernels_at("BEFORE_TORCH")  # captured before torch.profiler took CUPTI over
+    assert before and all(k.metrics["gpu.launches"] == 3 for k in before)

@@ -4,6 +4,7 @@ Run as-is it is profiled by ``deepcontext record``; with ``--torch-profiler OUT.
 same work under torch.profiler (CPU+CUDA) and writes its kernel counts, for a cross-check.
 """
 
+import ctypes
 import json
 import sys
 from collections import Counter
@@ -15,6 +16,18 @@ M_ELEMENTWISE = 5
 K_REPLAY = 4
 ROWS = 512
 GRAPH_LEN = 4096
+PINNED_FLOATS = 1024
+MEMSET_BYTES = 16384
+
+
+def cudart() -> ctypes.CDLL:
+    """The CUDA runtime torch already loaded (found by soname)."""
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            pass
+    raise SystemExit("no libcudart")
 
 
 def work() -> None:
@@ -36,6 +49,12 @@ def work() -> None:
     with torch.cuda.stream(side):
         e = a + 1  # SIDE_STREAM
     side.synchronize()  # STREAM_SYNC
+    pinned = torch.ones(PINNED_FLOATS, pin_memory=True)
+    on_gpu = pinned.to(dev, non_blocking=True)  # H2D_PINNED
+    target = torch.empty(MEMSET_BYTES // 4, device=dev)
+    rt = cudart()
+    rt.cudaMemset(ctypes.c_void_p(target.data_ptr()), 0, ctypes.c_size_t(MEMSET_BYTES))  # MEMSET
+    torch.cuda.synchronize()
 
     static_x = torch.randn(GRAPH_LEN, device=dev)
     warm_stream = torch.cuda.Stream()
@@ -56,7 +75,7 @@ def work() -> None:
     loss = (x @ w).relu().sum()  # FORWARD
     loss.backward()  # BACKWARD
     torch.cuda.synchronize()
-    print("done", host.shape[0], round(value) != 0.5, e.shape[0], static_y.shape[0])
+    print("done", host.shape[0], round(value) != 0.5, e.shape[0], static_y.shape[0], on_gpu.shape[0])
 
 
 def under_torch_profiler(out: str) -> None:
