@@ -19,7 +19,7 @@ grep -h -- "-- deepcontext:" "$OUT/build.log"; tail -3 "$OUT/build.log"
 cd /tmp || exit 1
 echo "== example"
 rm -f "$OUT/known.dcprof"
-python3 -m deepcontext record -o "$OUT/known.dcprof" -- python3 "$OLDPWD/tests/gpu/programs/known_launches.py"
+time python3 -m deepcontext record -o "$OUT/known.dcprof" -- python3 "$OLDPWD/tests/gpu/programs/known_launches.py"
 python3 -m deepcontext report "$OUT/known.dcprof" --threshold 0 > "$OUT/report.txt" 2>&1
 head -60 "$OUT/report.txt"
 echo "== gpu tests"
