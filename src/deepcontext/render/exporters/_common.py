@@ -73,6 +73,17 @@ def single_metric(tree: CallingContextTree, options: ExportOptions) -> str:
 INTEGER_UNITS = {"s": ("nanoseconds", 1e9), "bytes": ("bytes", 1.0), "count": ("count", 1.0)}
 
 
+INT64_MAX = 2**63 - 1
+
+
+def scaled_int(value: float, scale: float) -> int:
+    """``value * scale`` rounded to an integer within int64 (huge values saturate)."""
+    scaled = value * scale
+    if not math.isfinite(scaled):
+        return INT64_MAX if scaled > 0 else (-INT64_MAX - 1 if scaled < 0 else 0)
+    return max(-INT64_MAX - 1, min(INT64_MAX, round(scaled)))
+
+
 def integer_unit(metric: str) -> tuple[str, float]:
     """``(unit name, scale)`` that turns a metric's stored value into an integer."""
     return INTEGER_UNITS.get(unit_of(metric), ("count", 1.0))
@@ -112,16 +123,21 @@ def no_surrogates(text: str) -> str:
 
 
 def finite_tree(tree: CallingContextTree) -> CallingContextTree:
-    """``tree`` itself, or a copy with NaN/infinite values (a damaged file) set to zero, which
-    no output format can carry."""
-    if all(math.isfinite(v) for n in tree.nodes for v in n.metrics.values()):
+    """``tree`` itself, or a copy with NaN, infinite or absurd (>1e300) values (a damaged file)
+    set to zero: no output format can carry them."""
+    if all(_plausible(v) for n in tree.nodes for v in n.metrics.values()):
         return tree
     out = CallingContextTree(tree.metadata)
     for node in tree.nodes:
         nid = node.id if node.id == 0 else out.child(node.parent, node.frame)
         for metric, value in node.metrics.items():
-            out.add_metric(nid, metric, value if math.isfinite(value) else 0.0)
+            out.add_metric(nid, metric, value if _plausible(value) else 0.0)
     return out
+
+
+def _plausible(value: float) -> bool:
+    # beyond 1e300 sums of a few million values could overflow to infinity
+    return math.isfinite(value) and abs(value) <= 1e300
 
 
 def profile_title(tree: CallingContextTree) -> str:

@@ -17,7 +17,14 @@ from ...tree.cct import CallingContextTree
 from ...tree.frame import PYTHON, THREAD
 from ...tree.metrics import unit_of
 from . import ExportOptions
-from ._common import PROGRESS_STEP, display_name, finite_tree, no_surrogates, profile_title
+from ._common import (
+    PROGRESS_STEP,
+    display_name,
+    finite_tree,
+    no_surrogates,
+    profile_title,
+    scaled_int,
+)
 
 NS_PER_S = 1_000_000_000
 
@@ -42,7 +49,7 @@ def _time_metric(tree: CallingContextTree, options: ExportOptions) -> str:
 def durations_ns(tree: CallingContextTree, metric: str) -> list[int]:
     """Inclusive durations in integer nanoseconds, summed from rounded exclusive values so that
     children always fit exactly inside their parent."""
-    dur = [round(n.metrics.get(metric, 0.0) * NS_PER_S) for n in tree.nodes]
+    dur = [scaled_int(n.metrics.get(metric, 0.0), NS_PER_S) for n in tree.nodes]
     for n in reversed(tree.nodes):  # children always have larger ids than their parent
         if n.parent >= 0:
             dur[n.parent] += dur[n.id]

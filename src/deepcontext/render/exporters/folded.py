@@ -10,7 +10,15 @@ from __future__ import annotations
 from ...tree.cct import CallingContextTree
 from ...tree.frame import PYTHON, Frame
 from . import ExportOptions
-from ._common import clean_name, display_name, finite_tree, integer_unit, single_metric, walk_paths
+from ._common import (
+    clean_name,
+    display_name,
+    finite_tree,
+    integer_unit,
+    scaled_int,
+    single_metric,
+    walk_paths,
+)
 
 
 def folded_name(frame: Frame) -> str:
@@ -35,7 +43,7 @@ class FoldedExporter:
         lines: list[str] = []
         for node, path in walk_paths(tree, options):
             names[node.id] = folded_name(node.frame)
-            value = round(node.metrics.get(metric, 0.0) * scale)
+            value = scaled_int(node.metrics.get(metric, 0.0), scale)
             if value:
                 lines.append(";".join(names[i] for i in path) + f" {value}\n")
         return "".join(lines).encode("utf-8")

@@ -19,6 +19,7 @@ from ._common import (
     integer_unit,
     no_surrogates,
     profile_title,
+    scaled_int,
     walk_paths,
 )
 from ._protowire import Message
@@ -32,10 +33,6 @@ SAMPLE_LOCATION_ID, SAMPLE_VALUE = 1, 2
 LOCATION_ID, LOCATION_LINE = 1, 4
 LINE_FUNCTION_ID, LINE_LINE = 1, 2
 FUNCTION_ID, FUNCTION_NAME, FUNCTION_SYSTEM_NAME, FUNCTION_FILENAME = 1, 2, 3, 4
-
-
-def _int64(value: float) -> int:
-    return max(-(2**63), min(2**63 - 1, round(value)))
 
 
 class _Strings:
@@ -87,7 +84,7 @@ class PprofExporter:
                 profile.message(PROFILE_LOCATION, Message().int(LOCATION_ID, loc).message(
                     LOCATION_LINE, Message().int(LINE_FUNCTION_ID, fid).int(LINE_LINE, line)))
             node_location[node.id] = loc
-            values = [_int64(node.metrics.get(m, 0.0) * scale) for m, (_, scale) in zip(metrics, scales)]
+            values = [scaled_int(node.metrics.get(m, 0.0), scale) for m, (_, scale) in zip(metrics, scales)]
             if any(values):
                 sample = Message().packed(SAMPLE_LOCATION_ID, (node_location[i] for i in reversed(path)))
                 sample.packed(SAMPLE_VALUE, values)  # one entry per sample type, zeros too

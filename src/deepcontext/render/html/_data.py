@@ -35,7 +35,7 @@ def load_findings(tree: CallingContextTree) -> tuple[list[dict[str, Any]], str]:
 
 def _round(value: float) -> float | int:
     # integers stay integers in the JSON; NaN/inf (a damaged file) cannot travel in JSON
-    if not math.isfinite(value):
+    if not math.isfinite(value) or abs(value) > 1e300:  # sums in the page must stay finite
         return 0
     return int(value) if float(value).is_integer() else value
 
