@@ -45,6 +45,10 @@ std::atomic<bool> g_ready{false};
 std::once_flag g_once;
 
 void* open_libunwind() {
+  // An explicit path first: a machine without the package can use a copied libunwind.so.8.
+  if (const char* path = std::getenv("DEEPCONTEXT_LIBUNWIND")) {
+    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
+  }
   const char* names[] = {
 #ifdef DC_LIBUNWIND_PATH
       DC_LIBUNWIND_PATH,  // found by CMake at build time
