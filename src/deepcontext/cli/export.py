@@ -26,12 +26,12 @@ PROGRESS_MIN_NODES = 20_000
 def add_arguments(p: argparse.ArgumentParser) -> None:
     formats = ", ".join(f"{e.name} ({'/'.join(e.extensions)})" for e in exporters.EXPORTERS.values())
     p.add_argument("file", help="a .dcprof profile")
-    p.add_argument("--format", "-f", choices=sorted(exporters.EXPORTERS),
+    p.add_argument("--format", choices=sorted(exporters.EXPORTERS),
                    help=f"output format; guessed from -o's extension when omitted: {formats}")
     p.add_argument("-o", "--output", help="output file (default: FILE with the format's extension)")
     p.add_argument("--metric", help="export only this metric (single-metric formats default to "
                                     "the profile's main metric)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
 
 
 def resolve_output(args: argparse.Namespace) -> tuple[str, Path]:

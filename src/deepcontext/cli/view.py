@@ -20,7 +20,7 @@ HELP = "write a self-contained HTML flame graph (offline) and open it, or serve 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dcprof profile")
     p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--serve", action="store_true",
                    help="serve the page on http://127.0.0.1 (loopback only) until Ctrl-C")
     p.add_argument("--port", type=int, default=0, help="port for --serve (default: any free one)")
