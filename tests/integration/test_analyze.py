@@ -26,6 +26,7 @@ PAIRS = [
     ("layout", "layout-copy", "LAYOUT", "warning"),
     ("loop", "cpu-latency", "LOOP", "warning"),
     ("loader", "dataloader-main-process", "LOADER", "warning"),
+    ("adam", "optimizer-per-parameter", "STEP", "warning"),
 ]
 RANK = {"note": 0, "warning": 1, "error": 2}
 

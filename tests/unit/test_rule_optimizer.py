@@ -72,3 +72,23 @@ def test_backward_in_place_ops_are_not_an_optimizer_loop():
     tree = build([REST, GRADS, ([user(20), marker(), op("aten::add_")],
                                 {"op.count": 240, "op.time": 0.05})])
     assert run(tree) == []
+
+
+def step_op_tree(children):
+    step = [user(40), lib("Optimizer.profile_hook_step.<locals>.wrapper",
+                          f"{TORCH_DIR}/optim/optimizer.py", 514), op("Optimizer.step#Adam.step")]
+    return build([REST, GRADS, (step, {"op.time": 0.1, "op.count": 50})]
+                 + [(step + [op(c)], {"op.count": 400, "op.time": 0.05}) for c in children])
+
+
+def test_single_tensor_path_seen_through_the_step_record_function():
+    # in real profiles Python frames under an operator are not captured: the step's
+    # record_function op holds the per-parameter operators directly
+    (f,) = run(step_op_tree(["aten::add_", "aten::mul_", "aten::addcmul_", "aten::lerp_"]))
+    assert f.location.line == 40 and f.evidence["algorithm"] == "adam"
+    assert f.evidence["step_time_s"] == 0.3 and f.estimated_gain.seconds == 0.15
+
+
+def test_foreach_and_fused_steps_are_quiet():
+    assert run(step_op_tree(["aten::_foreach_add_", "aten::_foreach_mul_"])) == []
+    assert run(step_op_tree(["aten::_fused_adam_"])) == []
