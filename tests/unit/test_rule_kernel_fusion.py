@@ -78,3 +78,13 @@ def test_backward_ops_count_in_the_gain_not_in_ops_per_call():
     (f,) = run(tree)
     assert f.evidence["ops_per_call"] == 9.0
     assert abs(f.estimated_gain.seconds - 0.19 * 8 / 9) < 1e-9
+
+
+def test_ops_outside_user_code_do_not_hide_a_region():
+    tree = gelu_tree()
+    orphan = tree.add_path([lib("worker_loop"), op("aten::mul")])  # no user frame above
+    tree.add_metric(orphan, "op.count", 10)
+    last = tree.add_path([user(10), user(5, "gelu")])  # a sibling line of gelu, created last
+    tree.add_metric(last, "cpu.time", 0.001)
+    (f,) = run(tree)
+    assert f.location.line == 4

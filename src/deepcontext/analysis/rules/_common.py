@@ -13,6 +13,8 @@ def function_regions(ctx: AnalysisContext, owners: list[int]) -> list[list[int]]
     with the same file and function), so a hand-written function spread over lines is one unit."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for o in owners:
+        if o <= 0:
+            continue
         node = ctx.tree.nodes[o]
         groups[(node.parent, node.frame.file, node.frame.name)].append(o)
     return [sorted(g) for g in groups.values()]

@@ -38,12 +38,15 @@ class CpuLatencyRule(Rule):
         yield from self._element_loops(ctx)
 
     def _launch_bound(self, ctx: AnalysisContext) -> Iterator[Finding]:
-        gpu, launches, cpu = ctx.inc("gpu.time"), ctx.inc("gpu.launches"), ctx.inc("cpu.time")
+        gpu, launches = ctx.inc("gpu.time"), ctx.inc("gpu.launches")
+        cpu, ops = ctx.inc("cpu.time"), ctx.inc("op.time")
         for owner in ctx.user_nodes():
             if launches[owner] <= 0:
                 continue
             inner = self._child_owners(ctx, owner)
-            host = cpu[owner] - sum(cpu[c] for c in inner)
+            # sampled CPU time, or operator wall time (launches included) when sampling missed it
+            host = max(cpu[owner] - sum(cpu[c] for c in inner),
+                       ops[owner] - sum(ops[c] for c in inner))
             dev = gpu[owner] - sum(gpu[c] for c in inner)
             n = launches[owner] - sum(launches[c] for c in inner)
             if n <= 0 or host < self.t("min_host_to_gpu") * dev:

@@ -35,9 +35,7 @@ class KernelFusionRule(Rule):
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
-        for region in function_regions(ctx, list(ctx.sites_by_owner)):
-            if region[0] <= 0:
-                continue
+        for region in function_regions(ctx, [o for o in ctx.sites_by_owner if o > 0]):
             per_call, names, fwd_nodes, bwd_nodes, best, best_calls = 0.0, set(), [], [], -1, -1.0
             for line in region:
                 sites = ctx.forward_sites(line)
