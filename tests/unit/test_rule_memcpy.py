@@ -37,3 +37,21 @@ def test_tiny_repeated_copies_fire_and_just_below_is_quiet():
 
 def test_device_to_device_pageable_flag_is_ignored():
     assert run(copy_path("DtoD", False, 10, 400 << 20, 0.1)) == []
+
+
+def test_direction_and_pinned_extras_are_read_too():
+    from deepcontext.tree.frame import Frame
+    frame = Frame.make("memcpy", "copy", direction="DtoH", pinned="false")
+    (f,) = run(([user(12), op("aten::copy_"), frame],
+                {"memcpy.count": 10, "memcpy.bytes": 400 << 20, "memcpy.time": 0.1}))
+    assert f.evidence["direction"] == "DtoH" and "pinned buffer" in f.suggestion
+
+
+def test_copy_kind_parses_the_capture_names():
+    from deepcontext.analysis.rules.memcpy import copy_kind
+    from deepcontext.tree.frame import Frame
+    assert copy_kind(Frame.make("memcpy", "HtoD pageable", src="pageable", dst="device")) == (
+        "HtoD", "false")
+    assert copy_kind(Frame.make("memcpy", "DtoH pinned", src="device", dst="pinned")) == (
+        "DtoH", "true")
+    assert copy_kind(Frame.make("memcpy", "DtoD", src="device", dst="device")) == ("DtoD", "?")

@@ -36,9 +36,13 @@ def kernel(name: str, **extra: Any) -> Frame:
     return Frame.make("kernel", name, **extra)
 
 
-def memcpy(direction: str, pinned: bool) -> Frame:
-    return Frame.make("memcpy", f"Memcpy {direction}", direction=direction,
-                      pinned=str(pinned).lower())
+def memcpy(direction: str, pinned: bool, device: int = 0) -> Frame:
+    """A copy frame as the GPU capture writes it: ``HtoD pageable`` with src/dst memory kinds."""
+    host = "pinned" if pinned else "pageable"
+    src, dst = {"HtoD": (host, "device"), "DtoH": ("device", host)}.get(direction,
+                                                                        ("device", "device"))
+    name = f"{direction} {host}" if direction in ("HtoD", "DtoH") else direction
+    return Frame.make("memcpy", name, src=src, dst=dst, device=device)
 
 
 def sync(name: str = "cudaStreamSynchronize") -> Frame:

@@ -6,12 +6,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ...tree.frame import MEMCPY
+from ...tree.frame import MEMCPY, Frame
 from ...tree.metrics import format_value
 from ..context import AnalysisContext
 from ..finding import Finding
 from ..rule import Rule, Threshold
 from ._common import percent, seconds
+
+
+def copy_kind(frame: Frame) -> tuple[str, str]:
+    """(direction, pinned) of a copy frame: ``HtoD``/``DtoH``/``DtoD``... and ``true``/``false``
+    (``?`` when unknown). Reads ``direction``/``pinned`` extras when present, else the capture's
+    own form: a name like ``HtoD pageable`` with ``src``/``dst`` memory kinds."""
+    words = frame.name.split()
+    direction = frame.get("direction") or (words[0] if words else "?")
+    pinned = frame.get("pinned")
+    if not pinned:
+        host = {"HtoD": frame.get("src"), "DtoH": frame.get("dst")}.get(direction, "")
+        if not host and len(words) > 1:
+            host = words[1]
+        pinned = {"pageable": "false", "pinned": "true"}.get(host, "?")
+    return direction, pinned
 
 
 class MemcpyRule(Rule):
@@ -32,8 +47,7 @@ class MemcpyRule(Rule):
         groups: dict[tuple[int, str, str], list[int]] = defaultdict(list)
         for node in ctx.tree.nodes[1:]:
             if node.frame.kind == MEMCPY and ctx.owner[node.id] > 0:
-                key = (ctx.owner[node.id], node.frame.get("direction", "?"),
-                       node.frame.get("pinned", "?"))
+                key = (ctx.owner[node.id], *copy_kind(node.frame))
                 groups[key].append(node.id)
         for (owner, direction, pinned), nodes in sorted(groups.items()):
             t = sum(ctx.inc("memcpy.time")[n] for n in nodes)

@@ -66,7 +66,7 @@ class SyncRule(Rule):
             count[owner] += c
             op = next((ctx.tree.nodes[a].frame.name for a in reversed(ctx.ancestors(node.id))
                        if ctx.tree.nodes[a].frame.kind == OP), None)
-            if node.frame.kind == SYNC and owner not in cause:
+            if owner not in cause or (node.frame.kind == SYNC and op):
                 cause[owner] = op or node.frame.name
         for owner, w in wait.items():
             severity = self.severity_for(ctx, w)
