@@ -51,9 +51,13 @@ class HotspotRule(Rule):
 
     @staticmethod
     def _metric(ctx: AnalysisContext) -> str:
+        """GPU time when present; else whichever host metric saw more time outside imports
+        (sampling at a coarse interval can miss most of a short run; op.time misses Python)."""
         if ctx.has_gpu and ctx.tree.total("gpu.time") > 0:
             return "gpu.time"
-        return "cpu.time" if ctx.tree.total("cpu.time") > 0 else "op.time"
+        outside = {m: sum(n.metrics.get(m, 0.0) for n in ctx.tree.nodes if not ctx.in_import[n.id])
+                   for m in ("cpu.time", "op.time")}
+        return "cpu.time" if outside["cpu.time"] >= outside["op.time"] else "op.time"
 
     @staticmethod
     def _leaf(ctx: AnalysisContext, node: int) -> int | None:

@@ -11,7 +11,6 @@ from ...analysis.rule import Rule
 from . import FindingsReport
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-INFORMATION_URI = "https://github.com/deepcontext/deepcontext/blob/main/docs/analyzer.md"
 
 
 def _uri(path: str) -> str:
@@ -26,7 +25,7 @@ def _rule_descriptor(rule: Rule) -> dict:
         "name": type(rule).__name__,
         "shortDescription": {"text": rule.description.split(". ")[0].rstrip(".") + "."},
         "fullDescription": {"text": rule.description},
-        "helpUri": f"{INFORMATION_URI}#{rule.id}",
+        "help": {"text": f"See docs/analyzer.md, rule {rule.id}: thresholds and rationale."},
         "properties": {
             "category": rule.category,
             "thresholds": {k: rule.t(k) for k in rule.thresholds},
@@ -78,7 +77,6 @@ class SarifRenderer:
         index = {r.id: i for i, r in enumerate(rules)}
         run = {
             "tool": {"driver": {"name": "deepcontext", "version": __version__,
-                                "informationUri": INFORMATION_URI,
                                 "rules": [_rule_descriptor(r) for r in rules]}},
             "results": [_result(f, index) for f in report.findings],
             "invocations": [{"executionSuccessful": True}],
