@@ -19,7 +19,7 @@ using namespace nb::literals;
 namespace dc::native {
 namespace {
 
-constexpr int kMaxNative = 256;
+constexpr int kMaxNative = kMaxFrames;
 constexpr int kMaxPython = 256;
 
 using PathRow = std::tuple<std::string, std::string, std::string, int>;
@@ -90,7 +90,7 @@ nb::dict bench(int iterations, bool use_libunwind) {
 
 void bind(nb::module_& m) {
   m.def("native_backtrace", [](int max, int skip) {
-    std::vector<uintptr_t> ips(static_cast<size_t>(std::max(0, std::min(max, 1000))));
+    std::vector<uintptr_t> ips(static_cast<size_t>(std::max(0, std::min(max, kMaxFrames))));
     ips.resize(static_cast<size_t>(backtrace(ips.data(), static_cast<int>(ips.size()), skip)));
     return ips;
   }, "max"_a = kMaxNative, "skip"_a = 0,

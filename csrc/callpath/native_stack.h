@@ -21,9 +21,12 @@ void init();
 // Which unwinder backtrace() uses: "libunwind" or "libgcc".
 const char* unwinder_name();
 
+// Most frames one backtrace returns (its scratch buffer is on the stack: ~2 KB).
+constexpr int kMaxFrames = 256;
+
 // Fills `ips` with the calling thread's native return addresses, innermost first, leaving out
-// backtrace's own frame and `skip` more. Returns the count (at most `max`; `max` means the
-// stack may be truncated).
+// backtrace's own frame and `skip` more (skip <= 4). Returns the count, at most
+// min(max, kMaxFrames); reaching that limit means the stack may be truncated.
 //  - libunwind (`unw_backtrace`, per-thread cache): about 6 ns per frame. It only reads the
 //    stack and the libraries' unwind tables and does not allocate after its cache is warm, so it
 //    is safe from an operator callback and, after init(), from a signal handler, except while

@@ -28,7 +28,8 @@ namespace {
 #endif
 
 constexpr int kUnwCachePerThread = 2;  // enum unw_caching_policy_t: NONE, GLOBAL, PER_THREAD
-constexpr int kMaxRaw = 1024;
+// The raw buffer lives on the caller's stack, which may be a small signal stack: ~2 KB.
+constexpr int kMaxRaw = kMaxFrames + 8;
 
 using UnwBacktraceFn = int (*)(void**, int);
 using UnwSetCachingFn = int (*)(void*, int);
@@ -123,6 +124,7 @@ const char* unwinder_name() {
 __attribute__((noinline)) int backtrace_with(bool use_libunwind, uintptr_t* ips, int max,
                                              int skip) {
   if (!g_ready.load(std::memory_order_acquire)) init();
+  max = std::min(max, kMaxFrames);
   if (max <= 0) return 0;
   uintptr_t raw[kMaxRaw];
   int want = std::min(max + skip + 4, kMaxRaw);

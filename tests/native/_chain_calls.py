@@ -7,6 +7,7 @@ is expected to be on (see line_of).
 from __future__ import annotations
 
 import threading
+import traceback
 from pathlib import Path
 
 CORE = None   # set by install()
@@ -31,6 +32,17 @@ def line_of(marker: str) -> int:
 
 def callback():
     return CORE.native_callpath(with_status=True)  # at:callback
+
+
+def callback_and_stack():
+    return CORE.native_callpath(with_status=True), traceback.extract_stack()  # at:callback_and_stack
+
+
+def recurse(n):
+    """n levels of Python -> chain -> Python: deep enough to cut the native stack."""
+    if n == 0:
+        return callback_and_stack()  # at:recurse_leaf
+    return CHAIN.chain(lambda: recurse(n - 1))  # at:recurse
 
 
 def caller(fn=None):

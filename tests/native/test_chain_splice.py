@@ -92,6 +92,32 @@ def test_thread_path_starts_at_its_bootstrap(core, chain_ext):
     assert only_chain_native(path) == ["dcn_chain_a", "dcn_chain_b", "dcn_chain_c"]
 
 
+def python_rows_match_the_python_stack(path, stack):
+    """The spliced path keeps every Python frame, in order (file and line of each)."""
+    return [(f, ln) for k, _n, f, ln in path if k == "python"] == [
+        (s.filename, s.lineno) for s in stack]
+
+
+def test_every_python_frame_kept_in_order(core, chain_ext):
+    (status, path), stack = calls.caller(calls.callback_and_stack)
+    assert status == "exact"
+    assert python_rows_match_the_python_stack(path, stack)
+
+
+def test_deep_native_stack_is_cut_and_paired_from_the_innermost(core, chain_ext):
+    (status, path), stack = calls.recurse(60)
+    path = normalize(path)
+    assert status == "truncated"
+    lam = "recurse.<locals>.<lambda>" if sys.version_info >= (3, 11) else "<lambda>"
+    level = [py("recurse")] + chain_frames(core, chain_ext) + [("python", lam, calls.FILE,
+                                                                 calls.line_of("recurse"))]
+    assert path[-(2 * len(level) + 2):] == level + level + [
+        py("recurse", "recurse_leaf"), py("callback_and_stack")]
+    # The frames cut from the native stack are all Python frames, which stay in the path.
+    assert python_rows_match_the_python_stack(path, stack)
+    assert 0 < len(only_chain_native(path)) < 3 * 60
+
+
 @pytest.mark.parametrize("unwinder,lines", [("libgcc", "1"), ("libunwind", "0")])
 def test_fallbacks_give_the_same_path(core, chain_ext, unwinder, lines):
     # libgcc's unwinder instead of libunwind; no line reader (as without libdw.so.1).
