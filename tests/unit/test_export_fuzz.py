@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,27 @@ VALUES = st.floats(allow_nan=True, allow_infinity=True, width=64) | st.integers(
     st.sampled_from([1e300, -1e300, 1.7e308, 5e-324])
 METRICS = st.sampled_from(["cpu.time", "gpu.time", "op.count", "memcpy.bytes", "__proto__",
                            "weird metric <x>"])
+
+
+pytest.importorskip("google.protobuf")
+from _pprof_schema import profile_class
+
+PROFILE = profile_class()
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _strings(doc):
+    """Every string (keys too) in a parsed JSON document."""
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _reject(constant: str) -> None:
@@ -53,12 +75,17 @@ def test_exporters_never_crash(tree):
             assert "\n" not in str(e)
             continue
         if name == "pprof":
-            gzip.decompress(data)
+            prof = PROFILE()
+            prof.ParseFromString(gzip.decompress(data))
+            assert not any(CONTROL.search(s) for s in prof.string_table)
         elif name == "folded":
-            for line in data.decode().splitlines():
+            text = data.decode()
+            assert not CONTROL.search(text.replace("\n", ""))
+            for line in text.splitlines():
                 assert re.fullmatch(r"[^\n\r]* -?\d+", line)
         else:
-            json.loads(data, parse_constant=_reject)  # strict JSON: no NaN or Infinity
+            doc = json.loads(data, parse_constant=_reject)  # strict JSON: no NaN or Infinity
+            assert not any(CONTROL.search(s) for s in _strings(doc))  # no live ANSI escapes
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,6 +8,7 @@ import pytest
 from _export_trees import HOSTILE, deep_tree, hostile_tree, training_tree
 
 from deepcontext.render.exporters import ExportOptions, get
+from deepcontext.render.exporters._common import inert_text
 from deepcontext.render.exporters._protowire import varint
 
 pytest.importorskip("google.protobuf")
@@ -72,7 +73,8 @@ def test_ids_are_unique_and_referenced():
 
 def test_hostile_and_deep_trees():
     prof = decode(hostile_tree())
-    assert HOSTILE.encode("utf-8", "backslashreplace").decode() in set(prof.string_table)
+    assert inert_text(HOSTILE) in set(prof.string_table)
+    assert not any("\x1b" in s for s in prof.string_table)  # no live ANSI escapes
     prof = decode(deep_tree())
     assert len(prof.sample) == 1 and len(prof.sample[0].location_id) == 3000
 

@@ -4,7 +4,6 @@ selection, unit scaling and progress reporting."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 
 from ...errors import DeepContextError
@@ -109,17 +108,15 @@ _SELF_EXPLAINING = frozenset({"root", "python", "module", "op", "native", "kerne
 def display_name(frame: Frame) -> str:
     """The name a foreign tool shows for a frame (file and line travel separately)."""
     if frame.kind in _SELF_EXPLAINING:
-        return no_surrogates(frame.name)
-    return no_surrogates(f"[{frame.kind}] {frame.name}")
+        return inert_text(frame.name)
+    return inert_text(f"[{frame.kind}] {frame.name}")
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def no_surrogates(text: str) -> str:
-    """Lone surrogates (undecodable bytes in names) written as visible ``\\udXXX`` text:
-    strict JSON and protobuf readers reject them."""
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+def inert_text(text: str) -> str:
+    """Control characters (ANSI escapes) and lone surrogates written as visible ``\\xNN`` /
+    ``\\udXXX`` text: consumers print names to terminals, and strict JSON and protobuf
+    readers reject lone surrogates."""
+    return clean_name(text)
 
 
 def finite_tree(tree: CallingContextTree) -> CallingContextTree:

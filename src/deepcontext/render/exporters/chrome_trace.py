@@ -21,7 +21,7 @@ from ._common import (
     PROGRESS_STEP,
     display_name,
     finite_tree,
-    no_surrogates,
+    inert_text,
     profile_title,
     scaled_int,
 )
@@ -92,12 +92,12 @@ class ChromeTraceExporter:
             if dur[nid] <= 0:
                 continue
             node = tree.nodes[nid]
-            args: dict[str, Any] = {k: v for k, v in sorted(node.metrics.items()) if v}
+            args: dict[str, Any] = {inert_text(k): v for k, v in sorted(node.metrics.items()) if v}
             if node.frame.file:
-                args["file"] = no_surrogates(node.frame.file)
+                args["file"] = inert_text(node.frame.file)
                 if node.frame.kind == PYTHON:
                     args["line"] = node.frame.line
-            events.append({"name": display_name(node.frame), "cat": node.frame.kind, "ph": "X",
+            events.append({"name": display_name(node.frame), "cat": inert_text(node.frame.kind), "ph": "X",
                            "ts": start / 1000, "dur": dur[nid] / 1000, "pid": 1, "tid": tid,
                            "args": args})
             cursor = start
@@ -111,7 +111,7 @@ class ChromeTraceExporter:
         doc = {
             "traceEvents": events,
             "displayTimeUnit": "ms",
-            "otherData": {"generator": "deepcontext", "metric": metric,
+            "otherData": {"generator": "deepcontext", "metric": inert_text(metric),
                           "note": "synthetic timeline of aggregated totals, not a replay"},
         }
         return json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode()

@@ -10,15 +10,15 @@ from typing import Any
 from ...tree.cct import CallingContextTree
 from ...tree.frame import Frame
 from . import ExportOptions
-from ._common import PROGRESS_STEP, chosen_metrics, display_name, finite_tree, no_surrogates
+from ._common import PROGRESS_STEP, chosen_metrics, display_name, finite_tree, inert_text
 
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
 
 def _frame_doc(frame: Frame) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": display_name(frame), "type": frame.kind}
+    doc: dict[str, Any] = {"name": display_name(frame), "type": inert_text(frame.kind)}
     if frame.file:
-        doc["file"] = no_surrogates(frame.file)
+        doc["file"] = inert_text(frame.file)
     if frame.line:
         doc["line"] = frame.line
     return doc
@@ -51,8 +51,8 @@ class HatchetExporter:
             node = tree.nodes[nid]
             values: dict[str, float] = {}
             for m in metrics:
-                values[m] = node.metrics.get(m, 0.0)
-                values[f"{m} (inc)"] = incs[m][nid]
+                values[inert_text(m)] = node.metrics.get(m, 0.0)
+                values[f"{inert_text(m)} (inc)"] = incs[m][nid]
             out.append('{"frame":' + _dumps(_frame_doc(node.frame)) + ',"metrics":'
                        + _dumps(values) + ',"children":[')
             first_child.append(True)

@@ -16,8 +16,8 @@ from ._common import (
     chosen_metrics,
     display_name,
     finite_tree,
+    inert_text,
     integer_unit,
-    no_surrogates,
     profile_title,
     scaled_int,
     walk_paths,
@@ -63,7 +63,7 @@ class PprofExporter:
         strings = _Strings()
         profile = Message()
         for m, (unit, _) in zip(metrics, scales):
-            profile.message(PROFILE_SAMPLE_TYPE, Message().int(VALUE_TYPE_TYPE, strings(m))
+            profile.message(PROFILE_SAMPLE_TYPE, Message().int(VALUE_TYPE_TYPE, strings(inert_text(m)))
                             .int(VALUE_TYPE_UNIT, strings(unit)))
         locations: dict[Frame, int] = {}
         functions: dict[tuple[str, str], int] = {}
@@ -72,7 +72,7 @@ class PprofExporter:
             loc = locations.get(node.frame)
             if loc is None:
                 loc = locations[node.frame] = len(locations) + 1
-                fkey = (display_name(node.frame), no_surrogates(node.frame.file))
+                fkey = (display_name(node.frame), inert_text(node.frame.file))
                 fid = functions.get(fkey)
                 if fid is None:
                     fid = functions[fkey] = len(functions) + 1
@@ -95,7 +95,7 @@ class PprofExporter:
             if isinstance(end, (int, float)) and end > start:
                 profile.int(PROFILE_DURATION_NANOS, int((end - start) * 1e9))
         comment = strings(f"deepcontext: {profile_title(tree)}")
-        default = strings(metrics[0]) if metrics else 0
+        default = strings(inert_text(metrics[0])) if metrics else 0
         for text in strings.table:
             profile.string(PROFILE_STRING_TABLE, text)
         profile.packed(PROFILE_COMMENT, [comment])

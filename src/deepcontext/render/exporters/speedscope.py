@@ -14,7 +14,7 @@ from ._common import (
     chosen_metrics,
     display_name,
     finite_tree,
-    no_surrogates,
+    inert_text,
     profile_title,
     walk_paths,
 )
@@ -27,7 +27,7 @@ UNITS = {"s": "seconds", "bytes": "bytes", "count": "none"}
 def _frame_doc(frame: Frame) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": display_name(frame)}
     if frame.file:
-        doc["file"] = no_surrogates(frame.file)
+        doc["file"] = inert_text(frame.file)
     if frame.kind == PYTHON and frame.line > 0:
         doc["line"] = frame.line
     return doc
@@ -67,7 +67,7 @@ class SpeedscopeExporter:
             total = sum(weights[m])
             profiles.append({
                 "type": "sampled",
-                "name": f"{m} - {title}",
+                "name": f"{inert_text(m)} - {title}",
                 "unit": UNITS.get(unit_of(m), "none"),
                 "startValue": 0,
                 "endValue": total,
