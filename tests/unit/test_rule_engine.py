@@ -197,3 +197,17 @@ def test_entry_point_rules_are_loaded_and_broken_ones_warn(monkeypatch):
 ])
 def test_user_code_detection(path, mine):
     assert is_user_file(path) is mine
+
+
+def test_non_finite_metrics_still_give_valid_json():
+    import json
+
+    from deepcontext.render.findings import FindingsReport, render
+    tree = build([([user(10), user(4, "gelu"), op(n)], {"op.count": 100, "op.time": float("inf")})
+                  for n in ("aten::mul", "aten::add", "aten::tanh", "aten::sub")]
+                 + [([user(11), op("aten::item")], {"op.count": 500, "op.time": float("nan")})])
+    rules = builtin_rules()
+    found = analyze(tree, rules=rules)
+    rep = FindingsReport(findings=found, profile="x", rules=rules, profiled_time=0.0)
+    for fmt in ("json", "sarif"):
+        json.loads(render(rep, fmt), parse_constant=lambda c: pytest.fail(f"{fmt}: {c}"))

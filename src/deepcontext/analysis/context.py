@@ -3,6 +3,7 @@ inclusive metrics, the operators each line issues, the profiled time and finding
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -81,7 +82,7 @@ class AnalysisContext:
 
     def fraction(self, seconds: float) -> float:
         """``seconds`` as a fraction of the profiled time, clamped to [0, 1]."""
-        if self.profiled_time <= 0:
+        if not 0 < self.profiled_time < math.inf:
             return 0.0
         return max(0.0, min(1.0, seconds / self.profiled_time))
 
@@ -143,7 +144,10 @@ class AnalysisContext:
                 evidence: dict[str, float | int | str], suggestion: str, gain_seconds: float,
                 method: str) -> Finding:
         """Build a finding for ``rule`` about ``node`` with location, path and gain filled in."""
+        gain_seconds = _finite(gain_seconds)
         gain = EstimatedGain(round(gain_seconds, 9), round(self.fraction(gain_seconds), 6), method)
+        # a damaged profile (inf/NaN metrics) must still give valid JSON
+        evidence = {k: _finite(v) if isinstance(v, float) else v for k, v in evidence.items()}
         return Finding(rule=rule.id, category=rule.category, severity=severity, title=title,
                        message=message, node=node, location=self.location(node),
                        path=self.path_labels(node), evidence=evidence, suggestion=suggestion,
@@ -155,3 +159,7 @@ class AnalysisContext:
         if loc is None:
             return self.tree.nodes[node].frame.label()
         return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}"
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
