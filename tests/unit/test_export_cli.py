@@ -91,14 +91,26 @@ def test_progress_counts_every_node(fmt):
     assert sum(seen) == len(tree) - 1 or sum(seen) == len(tree)  # hatchet also walks the root
 
 
-def test_large_export_shows_progress_on_stderr(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(export_cli, "PROGRESS_MIN_NODES", 100)
+def test_large_export_shows_progress_on_stderr(tmp_path):
+    import os
+    import subprocess
+    import sys
+
     path = tmp_path / "wide.dcprof"
-    save(wide_tree(500), path)
-    assert main(["export", str(path), "-o", str(tmp_path / "w.folded")]) == 0
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert "wrote" in captured.err
+    save(wide_tree(export_cli.PROGRESS_MIN_NODES), path)
+    env = {**os.environ, "FORCE_COLOR": "1"}  # rich draws live progress only on terminals
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "export", str(path), "-o",
+                           str(tmp_path / "w.pb.gz")], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert "exporting pprof" in proc.stderr and "wrote" in proc.stderr
+    small = tmp_path / "small.dcprof"
+    save(training_tree(), small)
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "export", str(small), "-o",
+                           str(tmp_path / "s.pb.gz")], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert "exporting" not in proc.stderr
 
 
 @pytest.mark.parametrize("fmt", sorted(EXPORTERS))
