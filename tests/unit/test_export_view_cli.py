@@ -71,7 +71,7 @@ def test_console_browsers_are_never_started(monkeypatch):
 
 @pytest.fixture(scope="module")
 def server():
-    srv = PageServer(b"<!DOCTYPE html>page", "run.html", "default-src 'none'")
+    srv = PageServer(b"<!DOCTYPE html>page", "my run.html", "default-src 'none'")
     srv.serve_in_thread()
     yield srv
     srv.shutdown()
@@ -95,12 +95,12 @@ def test_server_binds_loopback_and_serves_the_page(server):
     assert resp.status == 200 and body == b"<!DOCTYPE html>page"
     assert resp.getheader("Content-Security-Policy") == "default-src 'none'"
     assert resp.getheader("X-Content-Type-Options") == "nosniff"
-    assert request(server, "/run.html", host=f"localhost:{server.port}")[0].status == 200
+    assert request(server, "/my%20run.html", host=f"localhost:{server.port}")[0].status == 200
     assert request(server, "/?x=1")[0].status == 200
 
 
 @pytest.mark.parametrize("path", ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/etc/passwd",
-                                  "//etc/passwd", "/run.html/../../x", "/favicon.ico",
+                                  "//etc/passwd", "/my%20run.html/../../x", "/favicon.ico", "/my%20run.html%00",
                                   "/run.dcprof", "/..%2f..%2fetc%2fpasswd", "\\..\\x"])
 def test_server_answers_404_for_anything_else(server, path):
     resp, body = request(server, path)
@@ -157,3 +157,10 @@ def test_serve_end_to_end(profile, tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
+
+
+def test_hostile_output_names_are_printed_inert(profile, tmp_path, capsys):
+    out = tmp_path / "evil\x1b[31m.html"
+    assert main(["view", str(profile), "-o", str(out), "--no-browser", "--no-findings"]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "evil\\x1b[31m.html" in err

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import DeepContextError
 from ..render import exporters
+from ..render._safe import printable
 from ..render.exporters import ExportOptions
 from ..tree.cct import CallingContextTree
 from ..tree.profile_file import check_writable, load
@@ -87,6 +88,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         write_atomically(out, data)
     except OSError as e:
-        raise DeepContextError(f"cannot write {out}: {e.strerror or e}") from None
-    print(f"wrote {out} ({exporter.description}, {len(data):,} bytes)", file=sys.stderr)
+        raise DeepContextError(f"cannot write {printable(str(out))}: {e.strerror or e}") from None
+    print(f"wrote {printable(str(out))} ({exporter.description}, {len(data):,} bytes)", file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ import webbrowser
 from pathlib import Path
 
 from ..errors import DeepContextError
+from ..render._safe import printable
 from ..render.html import build_page, page_csp
 from ..tree.profile_file import check_writable, load
 from .export import write_atomically
@@ -81,7 +82,7 @@ def serve(page: bytes, name: str, port: int, no_browser: bool) -> int:
         raise DeepContextError(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
     with server:
         server.serve_in_thread()
-        print(f"serving {name} on {server.url} (loopback only; Ctrl-C to stop)", file=sys.stderr,
+        print(f"serving {printable(name)} on {server.url} (loopback only; Ctrl-C to stop)", file=sys.stderr,
               flush=True)
         if not no_browser:
             open_in_browser(server.url)
@@ -105,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         write_atomically(out, data)
     except OSError as e:
-        raise DeepContextError(f"cannot write {out}: {e.strerror or e}") from None
-    print(f"wrote {out} ({len(tree):,} nodes, {len(data):,} bytes)", file=sys.stderr)
+        raise DeepContextError(f"cannot write {printable(str(out))}: {e.strerror or e}") from None
+    print(f"wrote {printable(str(out))} ({len(tree):,} nodes, {len(data):,} bytes)", file=sys.stderr)
     if args.serve:
         return serve(data, out.name, args.port, args.no_browser)
     if not args.no_browser and open_in_browser(out.resolve().as_uri()):

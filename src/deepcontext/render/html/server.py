@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 LOOPBACK = "127.0.0.1"
 _HEADERS = {
@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
         if host not in self.server.allowed_hosts():
             self._error(HTTPStatus.FORBIDDEN, head_only)
             return
-        path = urlsplit(self.path).path
+        path = unquote(urlsplit(self.path).path)  # compared only, never opened
         if path not in ("/", "/" + self.server.page_name):
             self._error(HTTPStatus.NOT_FOUND, head_only)
             return
