@@ -24,6 +24,8 @@ from .metrics import KNOWN_METRICS, unit_of
 
 SCHEMA_VERSION = 1
 MAGIC = "deepcontext-profile"
+#: Deeper contexts are folded on read (the capture core already stops at 256 frames).
+MAX_DEPTH = 512
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -122,19 +124,85 @@ def load(path: str | os.PathLike[str]) -> CallingContextTree:
     if not p.is_file():
         raise ProfileFormatError(f"{p}: not a file")
     with open(p, "rb") as fh:
-        if fh.read(16) != b"SQLite format 3\x00":
-            raise ProfileFormatError(f"{p} is not a DeepContext profile (not an SQLite file)")
+        header = fh.read(100)
+    if header[:16] != b"SQLite format 3\x00":
+        raise ProfileFormatError(f"{p} is not a DeepContext profile (not an SQLite file)")
+    _check_not_truncated(p, header)
     mode = "rw" if os.access(p, os.W_OK) else "ro"
     try:
         db = sqlite3.connect(f"{p.absolute().as_uri()}?mode={mode}", uri=True)
     except sqlite3.Error as e:
         raise ProfileFormatError(f"{p}: cannot open: {e}") from None
     try:
+        _harden(db)
         return _read(db, p)
     except sqlite3.Error as e:
         raise ProfileFormatError(f"{p} is not a readable DeepContext profile ({e})") from None
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError,
+            MemoryError) as e:
+        # Safety net: whatever slipped past the checks below is still a damaged file.
+        raise ProfileFormatError(f"{p} is a damaged profile ({type(e).__name__})") from None
     finally:
         db.close()
+
+
+def _check_not_truncated(p: Path, header: bytes) -> None:
+    """The header records the page size and count: a shorter file lost its tail. (Skipped while
+    a rollback journal exists: SQLite restores the last complete flush from it on open.)"""
+    if len(header) < 100:
+        raise ProfileFormatError(f"{p} is truncated ({len(header)} bytes)")
+    if Path(f"{p}-journal").exists():
+        return
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] != header[92:96]:  # page count not maintained by the writer: no check
+        return
+    expected, actual = page_size * pages, p.stat().st_size
+    if actual < expected:
+        raise ProfileFormatError(f"{p} is truncated ({actual} of {expected} bytes); "
+                                 "it may still be written, or was cut short")
+
+
+def _harden(db: sqlite3.Connection) -> None:
+    """A hostile file must not make a query expensive: no huge values, no schema functions."""
+    if hasattr(db, "setlimit"):  # Python 3.11+
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 64 * 2**20)
+    db.execute("PRAGMA trusted_schema = OFF")
+    db.execute("PRAGMA query_only = ON")
+
+
+def _json_value(text: Any) -> Any:
+    """A metadata value: JSON where it parses (no NaN/Infinity, bounded nesting), else the text."""
+    if not isinstance(text, str):
+        return text if isinstance(text, (int, float)) and _finite(text) else str(text)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def _normalize_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """Keys the tools rely on get the types they expect; anything else is kept as read."""
+    for key in ("command", "notes"):
+        value = meta.get(key)
+        if value is not None and not (isinstance(value, list)
+                                      and all(isinstance(v, str) for v in value)):
+            meta[key] = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if "complete" in meta and not isinstance(meta["complete"], bool):
+        meta["complete"] = False
+    return meta
+
+
+_RESERVED_EXTRA = {"kind", "name", "file", "line"}
 
 
 def _read(db: sqlite3.Connection, p: Path) -> CallingContextTree:
@@ -143,42 +211,52 @@ def _read(db: sqlite3.Connection, p: Path) -> CallingContextTree:
         raise ProfileFormatError(f"{p} is not a DeepContext profile (an SQLite file of another kind)")
     meta: dict[str, Any] = {}
     for key, value in db.execute("SELECT key, value FROM meta"):
-        try:
-            meta[str(key)] = json.loads(value)
-        except (TypeError, ValueError):
-            meta[str(key)] = value
+        meta[str(key)] = _json_value(value)
     if meta.get("format") != MAGIC:
         raise ProfileFormatError(f"{p} is not a DeepContext profile (an SQLite file of another kind)")
     version = meta.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ProfileFormatError(f"{p}: profile has no valid schema version")
     if version > SCHEMA_VERSION:
+        shown = version if version < 10**6 else "unknown"
         raise ProfileFormatError(
-            f"{p} was written by a newer DeepContext (schema {version}, this one reads up to "
+            f"{p} was written by a newer DeepContext (schema {shown}, this one reads up to "
             f"{SCHEMA_VERSION}); upgrade with: pip install -U deepcontext")
     missing = {"frames", "nodes", "metrics"} - tables
     if missing:
         raise ProfileFormatError(f"{p}: profile is missing tables {sorted(missing)}")
     frames: dict[int, Frame] = {}
-    for fid, kind, name, file, line, extra in db.execute("SELECT * FROM frames"):
+    for fid, kind, name, file, line, extra in db.execute(
+            "SELECT id, kind, name, file, line, extra FROM frames"):
         try:
-            ex = json.loads(extra) if extra else {}
-            if not isinstance(ex, dict) or kind not in KINDS:
+            ex = json.loads(extra, parse_constant=_reject_constant) if extra else {}
+            if not isinstance(ex, dict) or kind not in KINDS or _RESERVED_EXTRA & set(ex) \
+                    or not isinstance(line, int):
                 raise ValueError
-            frames[int(fid)] = Frame.make(str(kind), str(name), str(file), int(line),
+            frames[int(fid)] = Frame.make(str(kind), str(name), str(file), line,
                                           **{str(k): v for k, v in ex.items()})
-        except (TypeError, ValueError):
-            raise ProfileFormatError(f"{p}: corrupt frame record {fid}") from None
-    tree = CallingContextTree(meta)
-    remap = {0: 0}
+        except (TypeError, ValueError, RecursionError):
+            raise ProfileFormatError(f"{p}: corrupt frame record {fid!r}") from None
+    tree = CallingContextTree(_normalize_meta(meta))
+    remap, depth, folded = {0: 0}, {0: 0}, 0
     for nid, parent, fid in db.execute("SELECT id, parent, frame FROM nodes ORDER BY id"):
         if nid == 0:
             continue
-        if parent not in remap or fid not in frames:
-            raise ProfileFormatError(f"{p}: corrupt node record {nid}")
+        if not isinstance(nid, int) or nid < 0 or parent not in remap or fid not in frames:
+            raise ProfileFormatError(f"{p}: corrupt node record {nid!r}")
+        if depth[remap[parent]] >= MAX_DEPTH:  # keeps every tool's work bounded on any file
+            remap[nid] = remap[parent]
+            folded += 1
+            continue
         remap[nid] = tree.child(remap[parent], frames[fid])
+        depth[remap[nid]] = depth[remap[parent]] + 1
+    if folded:
+        notes = tree.metadata.setdefault("notes", [])
+        notes.append(f"{folded} contexts deeper than {MAX_DEPTH} levels are folded into their "
+                     f"ancestor at depth {MAX_DEPTH}")
     for nid, metric, value in db.execute("SELECT node, metric, value FROM metrics"):
-        if nid not in remap or not isinstance(value, (int, float)):
-            raise ProfileFormatError(f"{p}: corrupt metric record for node {nid}")
-        tree.add_metric(remap[nid], str(metric), float(value))
+        if nid not in remap or not isinstance(value, (int, float)) or not _finite(value) \
+                or not isinstance(metric, str):
+            raise ProfileFormatError(f"{p}: corrupt metric record for node {nid!r}")
+        tree.add_metric(remap[nid], metric, float(value))
     return tree
