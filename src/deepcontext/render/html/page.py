@@ -45,14 +45,22 @@ def json_for_script(doc: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+#: the page's script, in order: the data model, then the page that uses it
+SCRIPTS = ("model.js", "viewer.js")
+
+
+def _script() -> str:
+    return "\n".join(_asset(name) for name in SCRIPTS)
+
+
 def page_csp() -> str:
     """The policy of every page this version writes (the server sends it as a header too)."""
-    return content_security_policy(_asset("viewer.js"), _asset("viewer.css"))
+    return content_security_policy(_script(), _asset("viewer.css"))
 
 
 def render_page(doc: dict[str, Any]) -> str:
     """The HTML text for a data document."""
-    script, style = _asset("viewer.js"), _asset("viewer.css")
+    script, style = _script(), _asset("viewer.css")
     parts = {"CSP": content_security_policy(script, style), "STYLE": style, "SCRIPT": script,
              "DATA": json_for_script(doc)}
     # one pass: text substituted in is never scanned again for placeholders
