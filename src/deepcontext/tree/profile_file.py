@@ -78,9 +78,10 @@ class ProfileWriter:
             if fid is None:
                 fid = frame_ids[n.frame] = len(frame_ids)
                 f = n.frame
-                frames.append((fid, f.kind, f.name, f.file, f.line, json.dumps(dict(f.extra))))
+                frames.append((fid, _text(f.kind), _text(f.name), _text(f.file), f.line,
+                               json.dumps(dict(f.extra))))
             nodes.append((n.id, n.parent, fid))
-            metrics.extend((n.id, k, v) for k, v in n.metrics.items() if v)
+            metrics.extend((n.id, _text(k), v) for k, v in n.metrics.items() if v)
         defs = []
         for name in tree.metric_names():
             info = KNOWN_METRICS.get(name)
@@ -106,6 +107,16 @@ class ProfileWriter:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _text(value: str) -> str:
+    """SQLite stores UTF-8 only: a lone surrogate (undecodable bytes in a file name, a hostile
+    name) is kept as its visible escape rather than failing the whole write."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def save(tree: CallingContextTree, path: str | os.PathLike[str], force: bool = False) -> None:
