@@ -46,8 +46,7 @@ struct Item {
 };
 
 struct KernelKey {
-  uint32_t ctx, device;
-  const char* name;
+  uint32_t ctx, device, name;
   int32_t grid[3], block[3], smem;
   uint16_t regs;
   bool operator==(const KernelKey& o) const {
@@ -58,7 +57,7 @@ struct KernelKey {
 };
 struct KernelKeyHash {
   size_t operator()(const KernelKey& k) const {
-    uint64_t h = (uint64_t(k.ctx) << 32) ^ reinterpret_cast<uintptr_t>(k.name) ^ k.device;
+    uint64_t h = (uint64_t(k.ctx) << 32) ^ (uint64_t(k.name) << 8) ^ k.device;
     for (int i = 0; i < 3; ++i) h = h * 1000003u ^ uint32_t(k.grid[i]) ^ (uint64_t(k.block[i]) << 20);
     return std::hash<uint64_t>()(h ^ (uint64_t(k.regs) << 48) ^ uint64_t(k.smem) << 8);
   }
@@ -72,7 +71,9 @@ struct FoldState {
   std::unordered_map<KernelKey, uint32_t, KernelKeyHash> kernel_nodes;
   std::unordered_map<uint64_t, uint32_t> copy_nodes;   // ctx | kind bits | device
   std::unordered_map<uint64_t, uint32_t> grafts;       // replay ctx << 32 | capture ctx
-  std::unordered_map<const char*, std::string> names;  // kernel name pointer -> demangled
+  std::unordered_map<const char*, uint32_t> by_pointer;  // record name pointer -> name id
+  std::unordered_map<std::string, uint32_t> by_text;     // mangled name -> name id
+  std::vector<std::string> raw, demangled;               // by name id
   uint32_t unattributed = 0;
   GpuStats stats;
   GpuDeviceStats dev[kMaxDevices];
@@ -84,15 +85,27 @@ FoldState& S() {
 uint32_t m_gpu_time, m_launches, m_cp_time, m_cp_bytes, m_cp_count, m_ms_time, m_ms_bytes,
     m_ms_count;
 
-const std::string& demangled(const char* name) {
-  auto it = S().names.find(name);
-  if (it != S().names.end()) return it->second;
-  std::string out = name ? name : "<unnamed kernel>";
-  int status = 0;
-  char* d = name ? abi::__cxa_demangle(name, nullptr, nullptr, &status) : nullptr;
-  if (d != nullptr && status == 0) out = d;
-  std::free(d);
-  return S().names.emplace(name, std::move(out)).first->second;
+// A stable id for a kernel's (mangled) name. Records point into CUPTI-owned strings; a cached
+// pointer is trusted only while its text still matches (CUPTI may reuse memory across sessions).
+uint32_t name_id(const char* name) {
+  if (name == nullptr) name = "<unnamed kernel>";
+  auto it = S().by_pointer.find(name);
+  if (it != S().by_pointer.end() && S().raw[it->second] == name) return it->second;
+  auto text = S().by_text.find(name);
+  uint32_t id;
+  if (text != S().by_text.end()) {
+    id = text->second;
+  } else {
+    id = static_cast<uint32_t>(S().raw.size());
+    S().raw.emplace_back(name);
+    int status = 0;
+    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    S().demangled.emplace_back(d != nullptr && status == 0 ? d : name);
+    std::free(d);
+    S().by_text.emplace(S().raw.back(), id);
+  }
+  S().by_pointer[name] = id;
+  return id;
 }
 
 const char* copy_direction(uint8_t k) {
@@ -179,7 +192,8 @@ void fold(Tree& t, const Item& it) {
   GpuDeviceStats& dev = S().dev[it.device < kMaxDevices ? it.device : kMaxDevices - 1];
   dev.id = it.device;
   if (it.type == kKernel) {
-    KernelKey key{ctx, it.device, it.name, {it.grid[0], it.grid[1], it.grid[2]},
+    uint32_t name = name_id(it.name);
+    KernelKey key{ctx, it.device, name, {it.grid[0], it.grid[1], it.grid[2]},
                   {it.block[0], it.block[1], it.block[2]}, it.smem, it.regs};
     auto f = S().kernel_nodes.find(key);
     uint32_t node;
@@ -190,7 +204,7 @@ void fold(Tree& t, const Item& it) {
       std::snprintf(extra, sizeof extra, "grid=%dx%dx%d;block=%dx%dx%d;regs=%u;smem=%d;device=%u",
                     it.grid[0], it.grid[1], it.grid[2], it.block[0], it.block[1], it.block[2],
                     unsigned(it.regs), it.smem, it.device);
-      node = t.child(ctx, t.named_frame(Kind::Kernel, demangled(it.name), extra));
+      node = t.child(ctx, t.named_frame(Kind::Kernel, S().demangled[name], extra));
       S().kernel_nodes.emplace(key, node);
     }
     t.add(node, m_gpu_time, secs);
@@ -278,9 +292,9 @@ bool parse(const CUpti_Activity* rec, Item* it) {
 }  // namespace
 
 const std::vector<CUpti_ActivityKind>& activity_kinds() {
-  static const std::vector<CUpti_ActivityKind> kinds = {
+  static const auto* kinds = new std::vector<CUpti_ActivityKind>{
       CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
-  return kinds;
+  return *kinds;
 }
 
 void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -300,8 +314,10 @@ void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_re
 
 void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
                                   size_t valid) {
-  thread_local std::vector<Item> items;
-  items.clear();
+  // A plain local: CUPTI may deliver buffers from its exit handler, after this thread's
+  // thread_local objects were destroyed.
+  std::vector<Item> items;
+  items.reserve(valid / sizeof(KernelRecord) + 1);
   CUpti_Activity* rec = nullptr;
   uint64_t read = 0;
   while (buffer && cupti().cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {

@@ -12,14 +12,15 @@
 namespace dc {
 namespace gpu {
 
+// Never destroyed: CUPTI calls back (through these pointers) from its own exit handler.
 CuptiApi& cupti() {
-  static CuptiApi api;
-  return api;
+  static CuptiApi* api = new CuptiApi();
+  return *api;
 }
 
 DriverApi& driver() {
-  static DriverApi api;
-  return api;
+  static DriverApi* api = new DriverApi();
+  return *api;
 }
 
 std::string load_driver() {

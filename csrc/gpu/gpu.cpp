@@ -19,7 +19,7 @@ bool g_registered_once = false;
 
 // Device descriptions, read once per device through the driver.
 std::mutex g_dev_mu;
-std::unordered_map<uint32_t, GpuDeviceStats> g_dev_info;
+auto& g_dev_info = *new std::unordered_map<uint32_t, GpuDeviceStats>();  // never destroyed
 
 void describe(GpuDeviceStats* d) {
   std::lock_guard<std::mutex> g(g_dev_mu);

@@ -277,3 +277,17 @@ def test_torch_profiler_inside_deepcontext_no_crash(tmp_path: Path) -> None:
     print(proc.stdout, proc.stderr[-2000:])
     before = kernels_at("BEFORE_TORCH")  # captured before torch.profiler took CUPTI over
     assert before and all(k.metrics["gpu.launches"] == 3 for k in before)
+
+
+def test_sessions_in_one_process_exit_cleanly(tmp_path: Path) -> None:
+    proc = _run([str(PROGRAMS / "sessions.py"), str(tmp_path / "s")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done" in proc.stdout and "corrupt" not in proc.stderr and "double free" not in proc.stderr
+    line = line_of("sessions.py", "SESSION_LINE")
+    for i in range(3):  # each session counts only its own launches
+        t = load(tmp_path / f"s{i}.dcprof")
+        nodes = [n.id for n in t.nodes if n.frame.kind == "python" and n.frame.line == line
+                 and n.frame.file.endswith("sessions.py")]
+        assert len(nodes) == 1
+        assert launches(nodes_of(t, nodes[0], "kernel")) == i + 2
+        assert t.metadata["gpu"]["kernels"] == t.total("gpu.launches") == i + 2
