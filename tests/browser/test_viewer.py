@@ -275,3 +275,38 @@ def test_names_that_are_javascript_object_keys(open_viewer):
     v.page.click("#dc-mode-bottomup")
     next_frame(v)
     assert len(v.api("drawn()")) == 3 and v.errors == []
+
+
+def _by_path(parent, kind, name, values) -> dict[tuple, float]:
+    paths: list[tuple] = [()]
+    for i in range(1, len(parent)):
+        paths.append(paths[parent[i]] + ((kind[i], name[i]),))
+    out: dict[tuple, float] = {}
+    for i in range(1, len(parent)):
+        out[paths[i]] = out.get(paths[i], 0.0) + values[i]
+    return out
+
+
+@pytest.mark.parametrize("metric", ["cpu.time", "gpu.time"])
+def test_bottom_up_matches_the_python_inverted_view(open_viewer, metric):
+    from deepcontext.tree import views
+
+    tree = training_tree()
+    rec = tree.add_path([Frame.make("python", "rec", "/w/r.py", 1),
+                         Frame.make("python", "rec", "/w/r.py", 2)])
+    for depth in range(5):  # recursion: the same frames again and again
+        rec = tree.add_path([Frame.make("python", "rec", "/w/r.py", 1),
+                             Frame.make("op", "aten::mm")], rec)
+        tree.add_metric(rec, metric, 0.1 * (depth + 1))
+    v = open_viewer(tree)
+    v.page.select_option("#dc-metric", metric)
+    v.page.click("#dc-mode-bottomup")
+    snap = v.api("snapshot()")
+    inv = views.inverted(tree)
+    inc = inv.inclusive_all(metric)
+    expected = _by_path([n.parent for n in inv.nodes], [n.frame.kind for n in inv.nodes],
+                        [n.frame.name for n in inv.nodes], inc)
+    got = _by_path(snap["parent"], snap["kind"], snap["name"], snap["inclusive"])
+    assert got.keys() == expected.keys()
+    assert all(got[k] == pytest.approx(expected[k]) for k in expected)
+    assert snap["inclusive"][0] == pytest.approx(tree.total(metric))

@@ -458,6 +458,11 @@
     findNode: (name) => { for (let i = 1; i < tree().n; i++) if (S[FN[tree().frame[i]]] === name) return i; return -1; },
     inclusive: (id, m) => inclusive(tree(), m || state.metric)[id],
     zoom: zoomTo, setMetric, setMode, select, jumpTo,
+    snapshot: () => {  // the shown tree (top-down or bottom-up) with the chosen metric
+      const t = tree(), inc = inclusive(t, state.metric);
+      return { parent: Array.from(t.parent), kind: Array.from(t.frame, (f) => D.kinds[FK[f]]),
+               name: Array.from(t.frame, (f) => S[FN[f]]), inclusive: Array.from(inc) };
+    },
     drawNow: () => { const t0 = performance.now(); draw(); return performance.now() - t0; },
   };
   init();
