@@ -52,6 +52,21 @@ int dc_describe_code(void* code_v, int32_t offset, char* file, int file_cap, cha
   return line < 0 ? code->co_firstlineno : line;
 }
 
+/* A signal can arrive while the eval loop links a frame: 3.11 publishes tstate->cframe before
+ * that cframe's current_frame is written, and a frame being pushed can still hold a stale
+ * `previous`. A pointer that cannot be a live object (misaligned, in the first 64 KiB, beyond user
+ * space) ends the walk instead of being dereferenced. This cannot rule out every stale pointer,
+ * but the stale values seen in a SIGPROF crash (0xfff800000003) fail it. */
+static int plausible(const void* p) {
+  uintptr_t a = (uintptr_t)p;
+#if defined(__x86_64__)
+  const uintptr_t user_top = (uintptr_t)1 << 47;
+#else
+  const uintptr_t user_top = (uintptr_t)1 << 48;
+#endif
+  return (a & 7) == 0 && a >= 65536 && a < user_top;
+}
+
 void* dc_this_thread_state(void) { return (void*)PyGILState_GetThisThreadState(); }
 
 int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
@@ -66,18 +81,21 @@ int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
   PyFrameObject* f = ts->frame;
 #endif
   while (f != NULL && n < max) {
+    if (!plausible(f)) break;
 #if PY_VERSION_HEX >= 0x030B0000
 #if PY_VERSION_HEX >= 0x030C0000
     if (f->owner == FRAME_OWNED_BY_CSTACK) { f = f->previous; continue; }
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
     PyObject* exe = f->f_executable;
+    if (exe != NULL && !plausible(exe)) break;
     if (exe == NULL || Py_TYPE(exe) != &PyCode_Type) { f = f->previous; continue; }
     PyCodeObject* code = (PyCodeObject*)exe;
     if (_PyFrame_IsIncomplete(f)) { f = f->previous; continue; }
     int32_t off = (int32_t)((f->instr_ptr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #else
     PyCodeObject* code = f->f_code;
+    if (code != NULL && (!plausible(code) || Py_TYPE(code) != &PyCode_Type)) break;
     if (code == NULL || _PyFrame_IsIncomplete(f)) { f = f->previous; continue; }
     int32_t off = (int32_t)((f->prev_instr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #endif
@@ -97,6 +115,7 @@ int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
     f = f->previous;
 #else
     PyCodeObject* code = f->f_code;
+    if (code != NULL && (!plausible(code) || Py_TYPE(code) != &PyCode_Type)) break;
     if (code != NULL) {
       out[n].frame = f;
       out[n].code = code;
