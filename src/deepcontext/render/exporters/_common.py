@@ -49,7 +49,7 @@ def chosen_metrics(tree: CallingContextTree, options: ExportOptions) -> list[str
     names = tree.metric_names()
     if options.metric is not None:
         if options.metric not in names:
-            have = ", ".join(names) or "none"
+            have = ", ".join(clean_name(n) for n in names) or "none"  # names from the file
             raise DeepContextError(
                 f"metric {options.metric!r} is not in this profile (it has: {have})")
         return [options.metric]

@@ -19,6 +19,7 @@ from ...tree.metrics import unit_of
 from . import ExportOptions
 from ._common import (
     PROGRESS_STEP,
+    chosen_metrics,
     display_name,
     finite_tree,
     inert_text,
@@ -31,8 +32,7 @@ NS_PER_S = 1_000_000_000
 
 def _time_metric(tree: CallingContextTree, options: ExportOptions) -> str:
     if options.metric is not None:
-        if options.metric not in tree.metric_names():
-            raise DeepContextError(f"metric {options.metric!r} is not in this profile")
+        chosen_metrics(tree, options)  # a metric the profile lacks: the same error as elsewhere
         if unit_of(options.metric) != "s":
             raise DeepContextError(
                 f"the trace format needs a time metric; {options.metric!r} is not one")
