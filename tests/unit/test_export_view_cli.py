@@ -164,3 +164,24 @@ def test_hostile_output_names_are_printed_inert(profile, tmp_path, capsys):
     assert main(["view", str(profile), "-o", str(out), "--no-browser", "--no-findings"]) == 0
     err = capsys.readouterr().err
     assert "\x1b" not in err and "evil\\x1b[31m.html" in err
+
+
+def test_large_page_shows_progress_on_a_terminal(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from deepcontext.cli.export import PROGRESS_MIN_NODES
+    from deepcontext.tree.cct import CallingContextTree
+    from deepcontext.tree.frame import Frame
+
+    tree = CallingContextTree()
+    for i in range(PROGRESS_MIN_NODES):
+        tree.add_metric(tree.add_path([Frame.make("op", f"op{i}")]), "op.count", 1)
+    path = tmp_path / "wide.dcprof"
+    save(tree, path)
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "view", str(path), "--no-browser",
+                           "--no-findings"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FORCE_COLOR": "1"}, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "writing the page" in proc.stderr

@@ -13,7 +13,7 @@ from ..errors import DeepContextError
 from ..render._safe import printable
 from ..render.html import build_page, page_csp
 from ..tree.profile_file import check_writable, load
-from .export import write_atomically
+from .export import progress_for, write_atomically
 
 HELP = "write a self-contained HTML flame graph (offline) and open it, or serve it on 127.0.0.1"
 
@@ -101,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
     out = output_path(args)
     check_writable(out, force=args.force)
     tree = load(args.file)
-    html = build_page(tree, sources=not args.no_source, findings=not args.no_findings)
+    with progress_for(tree, "writing the page") as advance:
+        html = build_page(tree, sources=not args.no_source, findings=not args.no_findings,
+                          advance=advance)
     data = html.encode("utf-8")
     try:
         write_atomically(out, data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ...tree.cct import CallingContextTree
@@ -13,6 +14,7 @@ from ...tree.metrics import KNOWN_METRICS, unit_of
 from ._sources import collect_sources
 
 DOC_VERSION = 1
+PROGRESS_STEP = 2048
 #: metadata keys shown in the page header
 META_KEYS = ("command", "host", "pid", "python", "platform", "start_time", "end_time", "complete",
              "notes", "steps")
@@ -52,8 +54,9 @@ def _finite(value: Any) -> Any:
 
 
 def build_document(tree: CallingContextTree, *, findings: list[dict[str, Any]] | None = None,
-                   findings_status: str = "", sources: bool = True) -> dict[str, Any]:
-    """Everything the page shows, as one JSON-ready dict."""
+                   findings_status: str = "", sources: bool = True,
+                   advance: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Everything the page shows, as one JSON-ready dict; ``advance(n)`` reports progress."""
     strings: dict[str, int] = {}
 
     def intern(text: str) -> int:
@@ -74,6 +77,8 @@ def build_document(tree: CallingContextTree, *, findings: list[dict[str, Any]] |
     metric_names = tree.metric_names()
     values: dict[str, list[float | int]] = {m: [] for m in metric_names}
     for node in tree.nodes:
+        if advance is not None and node.id and node.id % PROGRESS_STEP == 0:
+            advance(PROGRESS_STEP)
         fid = frame_ids.get(node.frame)
         if fid is None:
             fid = frame_ids[node.frame] = len(f_kind)

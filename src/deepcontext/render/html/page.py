@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -67,8 +68,9 @@ def render_page(doc: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("template.html"))
 
 
-def build_page(tree: CallingContextTree, *, sources: bool = True, findings: bool = True) -> str:
+def build_page(tree: CallingContextTree, *, sources: bool = True, findings: bool = True,
+               advance: Callable[[int], None] | None = None) -> str:
     """The complete viewer page for a profile."""
     found, status = load_findings(tree) if findings else ([], "analysis skipped")
     return render_page(build_document(tree, findings=found, findings_status=status,
-                                      sources=sources))
+                                      sources=sources, advance=advance))
