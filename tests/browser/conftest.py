@@ -17,7 +17,8 @@ from deepcontext.tree.cct import CallingContextTree
 from deepcontext.tree.profile_file import save
 
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-dev-shm-usage"]  # containers often have a tiny /dev/shm
 
 
 def _chromium() -> str | None:
