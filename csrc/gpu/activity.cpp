@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 #include "../cct/capture.h"
 #include "../cct/tree.h"
@@ -67,6 +68,7 @@ struct KernelKeyHash {
 struct FoldState {
   std::mutex pool_mu;
   std::vector<uint8_t*> pool;
+  std::unordered_set<uint8_t*> lent;  // buffers CUPTI holds now: only these come back to us
   std::mutex fold_mu;  // one fold at a time; guards everything below
   std::unordered_map<KernelKey, uint32_t, KernelKeyHash> kernel_nodes;
   std::unordered_map<uint64_t, uint32_t> copy_nodes;   // ctx | kind bits | device
@@ -307,6 +309,10 @@ void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_re
     }
   }
   if (b == nullptr) b = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferSize));
+  if (b != nullptr) {
+    std::lock_guard<std::mutex> g(S().pool_mu);
+    S().lent.insert(b);
+  }
   *buffer = b;
   *size = b ? kBufferSize : 0;
   *max_records = 0;
@@ -339,6 +345,9 @@ void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffe
   }
   if (buffer == nullptr) return;
   std::lock_guard<std::mutex> g(S().pool_mu);
+  // A buffer we did not lend (another client's, after it registered its own callbacks), or one
+  // delivered twice, is never pooled or freed here: that would corrupt the heap.
+  if (S().lent.erase(buffer) == 0) return;
   if (S().pool.size() < kPoolMax) S().pool.push_back(buffer);
   else std::free(buffer);
 }
