@@ -1,0 +1,86 @@
+// Where an event is: the calling thread's Python path (prefix-cached), the open operator, and
+// with native frames the spliced path, as a tree node.
+#include "capture_internal.h"
+
+namespace dc::detail {
+namespace {
+
+// Python frames buf[from-1 .. 0] (outer to inner) under `base`.
+uint32_t intern_under(Tree& t, const Describer& d, uint32_t base, const dc_raw_frame* buf,
+                      int from) {
+  uint32_t node = base;
+  for (int i = from - 1; i >= 0; --i) node = t.child(node, d.frame(t, buf, i));
+  return node;
+}
+
+// A full Python path from the root, reusing the longest common prefix with the last one.
+uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_frame* buf, int n) {
+  uint32_t node = 0;
+  if (n >= kMaxPyDepth) node = t.child(0, t.named_frame(Kind::Marker, "<truncated>"));
+  if (s == nullptr) return intern_under(t, d, node, buf, n);
+  int common = 0;
+  while (common < n && common < s->cache_n) {
+    const dc_raw_frame& a = buf[n - 1 - common];
+    const dc_raw_frame& b = s->cache_frame[common];
+    if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
+        a.firstlineno != b.firstlineno)
+      break;
+    ++common;
+  }
+  if (common > 0) node = s->cache_node[common - 1];
+  for (int i = common; i < n; ++i) {
+    node = t.child(node, d.frame(t, buf, n - 1 - i));
+    s->cache_frame[i] = buf[n - 1 - i];
+    s->cache_node[i] = node;
+  }
+  s->cache_n = n;
+  return node;
+}
+
+}  // namespace
+
+// The context node for Python frames `buf` (innermost first) with `top` the innermost open op.
+// Sets *py_node to the innermost Python node of that context.
+uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
+                  bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
+                  uint32_t* py_node) {
+  if (!has_op) {
+    uint32_t node = n > 0 ? intern_full(t, d, cache, buf, n) : 0;
+    if (py_node) *py_node = node;
+    return node;
+  }
+  int k = 0;  // frames newer than the op's own frame
+  if (op_frame == nullptr) {
+    k = n;
+  } else {
+    while (k < n && buf[k].frame != op_frame) ++k;
+    if (k == n) k = 0;  // its frame is gone (should not happen): attach to the op itself
+  }
+  if (k == 0) {
+    if (py_node) *py_node = op_py_node;
+    return op_node;
+  }
+  uint32_t node = intern_under(t, d, op_node, buf, k);
+  if (py_node) *py_node = node;
+  return node;
+}
+
+// The context of an event with native frames spliced in; false when that does not apply (no
+// native stack, stacks that cannot be paired, or Python frames newer than the open operator),
+// and the caller takes the Python-only path.
+bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
+                  const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
+                  NativePlace* out) {
+  if (n_ips <= 0) return false;
+  if (top == nullptr) {
+    *out = place_top_level(t, ips, n_ips, buf, n, [&](int i) { return d.frame(t, buf, i); },
+                           op_name);
+    return out->spliced;
+  }
+  if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
+  *out = place_nested(t, top->node, top->native_cut, ips, n_ips, op_name);
+  out->py_node = top->py_node;
+  return out->spliced;
+}
+
+}  // namespace dc::detail
