@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import io
 import json
 import os
@@ -25,13 +26,32 @@ ERROR_PREFIX = "deepcontext: error:"
 MEMORY_LIMIT = 2 * 2**30  # a reader that needs more than this on tiny files is unbounded
 
 
-def reader_commands(path: str) -> list[list[str]]:
-    """Every read-only command, in the forms that exercise different code paths."""
-    cmds = [["report", path], ["report", path, "--format", "json"],
-            ["report", path, "--inverted", "--format", "json"], ["report", path, "--flat"]]
-    for extra in os.environ.get("DC_EXTRA_READERS", "").split(";"):
-        if extra:
-            cmds.append([part.replace("{}", path) for part in extra.split(",")])
+def _available(command: str) -> bool:
+    try:
+        importlib.import_module(f"deepcontext.cli.{command}")
+        return True
+    except ImportError:
+        return False
+
+
+def reader_commands(path: str, outdir: Path, thorough: bool = True) -> list[list[str]]:
+    """Every read-only command, in the forms that exercise different code paths (``thorough``
+    False keeps one form per command, for the high-volume modes)."""
+    cmds = [["report", path], ["report", path, "--format", "json"]]
+    if thorough:
+        cmds += [["report", path, "--inverted", "--format", "json"], ["report", path, "--flat"]]
+    if _available("analyze"):
+        cmds.append(["analyze", path, "--format", "sarif"])
+        if thorough:
+            cmds.append(["analyze", path])
+    if _available("export"):
+        formats = ["folded", "hatchet", "pprof", "speedscope", "trace"] if thorough else ["trace"]
+        cmds += [["export", path, "--format", f, "-o", str(outdir / f"out.{f}"), "-f"]
+                 for f in formats]
+    if _available("view"):
+        cmds.append(["view", path, "-o", str(outdir / "out.html"), "-f", "--no-browser"])
+    if _available("diff"):
+        cmds.append(["diff", path, path, "--format", "json"])
     return cmds
 
 
@@ -45,7 +65,7 @@ def run_one(argv: list[str]) -> str | None:
         return f"{argv}: escaped exception\n{traceback.format_exc(limit=8)}"
     errtext = err.getvalue()
     if rc == 0:
-        if "--format" in argv and "json" in argv:
+        if "--format" in argv and ("json" in argv or "sarif" in argv):
             try:
                 json.loads(out.getvalue())
             except ValueError as e:
@@ -57,13 +77,13 @@ def run_one(argv: list[str]) -> str | None:
     return None
 
 
-def check_bytes(data: bytes, workdir: Path) -> list[str]:
+def check_bytes(data: bytes, workdir: Path, thorough: bool = True) -> list[str]:
     path = workdir / "case.dcprof"
     for suffix in ("", "-journal", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     path.write_bytes(data)
     problems = []
-    for argv in reader_commands(str(path)):
+    for argv in reader_commands(str(path), workdir, thorough):
         problem = run_one(argv)
         if problem:
             problems.append(problem)
@@ -83,20 +103,20 @@ def mode_truncations(profile: Path, workdir: Path) -> dict:
     problems, offsets = [], truncation_offsets(len(data))
     ok = 0
     for n in offsets:
-        found = check_bytes(data[:n], workdir)
+        found = check_bytes(data[:n], workdir, thorough=False)
         problems.extend(f"truncated at {n}: {p}" for p in found)
         ok += not found
     return {"cases": len(offsets), "ok": ok, "problems": problems[:20]}
 
 
-def mode_files(paths: list[str]) -> dict:
+def mode_files(paths: list[str], workdir: Path) -> dict:
     problems = []
     for p in paths:
-        for argv in reader_commands(p):
+        for argv in reader_commands(p, workdir):
             problem = run_one(argv)
             if problem:
                 problems.append(problem)
-    return {"cases": len(paths), "problems": problems[:20]}
+    return {"cases": len(paths), "problems": problems[:40]}
 
 
 def mode_fuzz(profile: Path, seconds: float, workdir: Path) -> dict:
@@ -135,7 +155,7 @@ def mode_fuzz(profile: Path, seconds: float, workdir: Path) -> dict:
             for off, value in changes:
                 buf[off] = value
             blob = bytes(buf[:cut])
-        for problem in check_bytes(blob, workdir):
+        for problem in check_bytes(blob, workdir, thorough=False):
             found.append(f"{problem}\n  input: {blob[:64]!r}... ({len(blob)} bytes)")
 
     fuzz()
@@ -152,7 +172,7 @@ def main_child() -> None:
     with tempfile.TemporaryDirectory(dir=shm) as tmp:
         workdir = Path(tmp)
         if mode == "files":
-            result = mode_files(args)
+            result = mode_files(args, workdir)
         elif mode == "truncations":
             result = mode_truncations(Path(args[0]), workdir)
         elif mode == "fuzz":

@@ -43,7 +43,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.pop("PYTHONPATH", None)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         env.pop(k, None)
-    env.update(PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
+    env.update(PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
                COLUMNS="200")
     if extra:
         env.update(extra)
@@ -133,7 +133,8 @@ def profile_meta(path: Path, result: Result | None = None) -> dict[str, Any]:
     """The profile's metadata, read with plain sqlite (independent of the package's reader)."""
     context = result.describe() if result is not None else ""
     assert path.is_file(), f"no profile at {path}\n{context}"
-    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    # Read-write: after a kill mid-flush SQLite rolls the hot journal back on first read.
+    db = sqlite3.connect(str(path))
     try:
         meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
     finally:

@@ -84,6 +84,23 @@ def test_terminal_report_is_inert(hostile_profile, view):
     assert max(len(line) for line in r.out.splitlines()) < 1000
 
 
+@pytest.mark.parametrize("command", [["analyze", "{prof}"], ["diff", "{plain}", "{prof}"]])
+def test_other_terminal_outputs_are_inert(hostile_profile, command):
+    tmp, prof = hostile_profile
+    if run_child([*CLI, command[0], "--help"], cwd=tmp).rc != 0:
+        pytest.skip(f"deepcontext {command[0]} is not available")
+    plain = tmp / "plain.dcprof"
+    if not plain.exists():  # a profile without the hostile names: diff shows them all as new
+        r = record(tmp, "print('plain')", output=plain.name, name="plain.py")
+        assert r.rc == 0, r.describe()
+    argv = [*CLI, command[0], *[a.format(prof=prof, plain=plain) for a in command[1:]],
+            "--threshold", "0"] if command[0] == "diff" else [*CLI, command[0], str(prof)]
+    r = run_child(argv, cwd=tmp)
+    assert r.rc in (0, 1) and "Traceback" not in r.err, r.describe()
+    _assert_inert(r.out)
+    _assert_inert(r.err)
+
+
 def test_json_report_keeps_names_exact_and_ascii(hostile_profile):
     tmp, prof = hostile_profile
     r = run_child([*CLI, "report", str(prof), "--format", "json"], cwd=tmp)

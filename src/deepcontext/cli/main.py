@@ -30,12 +30,16 @@ def _load(name: str):  # noqa: ANN202
     return importlib.import_module(f"deepcontext.cli.{SUBCOMMANDS[name]}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (``only``) one with just that subcommand: each run imports only the
+    module it needs, so it starts fast and a broken module cannot take the others down."""
     parser = _Parser(prog="deepcontext",
                      description="Calling-context profiler for deep-learning programs.")
     parser.add_argument("--version", action="version", version="deepcontext 0.1.0")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in SUBCOMMANDS:
+        if only is not None and name != only:
+            continue
         try:
             mod = _load(name)
         except ImportError:
@@ -48,7 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Pure parsing, no side effects (tested directly)."""
-    args = build_parser().parse_args(list(argv))
+    argv = list(argv)
+    only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    if only is not None:
+        try:
+            _load(only)
+        except ImportError:
+            only = None  # the full parser names the commands that do exist
+    args = build_parser(only).parse_args(argv)
     if getattr(args, "_module", None) is None:
         raise DeepContextError("no command given (see: deepcontext --help)")
     return args
