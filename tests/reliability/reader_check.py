@@ -91,7 +91,7 @@ def check_bytes(data: bytes, workdir: Path, thorough: bool = True) -> list[str]:
 
 
 def truncation_offsets(size: int) -> list[int]:
-    offsets = set(range(0, min(size, 128)))  # every byte of the header
+    offsets = set(range(min(size, 128)))  # every byte of the header
     offsets.update(range(0, size, 97))  # a stride that walks across page layouts
     for page in range(0, size + 1, 512):  # around every possible page boundary
         offsets.update(o for o in (page - 1, page, page + 1) if 0 <= o < size)

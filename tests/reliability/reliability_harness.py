@@ -14,9 +14,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 PY = sys.executable
 CLI = [PY, "-m", "deepcontext"]
@@ -57,7 +58,7 @@ def run_child(argv: Sequence[str], *, cwd: Path, timeout: float = 60, env: dict[
     start = time.monotonic()
     proc = subprocess.Popen(list(argv), cwd=cwd, env=env or child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            errors="backslashreplace", preexec_fn=preexec_fn)
+                            errors="backslashreplace", preexec_fn=preexec_fn)  # noqa: PLW1509 - rlimits
     try:
         if during is not None:
             during(proc)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from reliability_harness import PY, frame_names, profile_meta, record, report_json, run_child, write_program
+from reliability_harness import (
+    PY,
+    profile_meta,
+    record,
+    report_json,
+    run_child,
+    write_program,
+)
 from reliability_programs import program
 
 MISUSE = {

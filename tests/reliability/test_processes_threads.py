@@ -6,8 +6,17 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from reliability_harness import (CLI, PY, child_env, frame_names, profile_meta, record, report_json,
-                                 run_child, write_program)
+from reliability_harness import (
+    CLI,
+    PY,
+    child_env,
+    frame_names,
+    profile_meta,
+    record,
+    report_json,
+    run_child,
+    write_program,
+)
 from reliability_programs import program
 
 
@@ -158,7 +167,7 @@ def test_each_rank_gets_its_own_file(tmp_path, explicit_output):
         procs.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     for p in procs:
-        out, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
     stem = "job" if explicit_output else "prog"
     assert _profiles(tmp_path) == [f"{stem}.rank{r}.dcprof" for r in range(3)]

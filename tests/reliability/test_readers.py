@@ -120,8 +120,8 @@ CORRUPTIONS = {
     "metrics_wrong_columns": ["DROP TABLE metrics", "CREATE TABLE metrics(a, b, c, d, e)",
                               "INSERT INTO metrics VALUES (1, 2, 3, 4, 5)"],
     "frames_is_a_view": ["DROP TABLE frames",
-                         "CREATE VIEW frames AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
-                         "SELECT x + 1 FROM c) SELECT x, 'python', 'n', 'f', 1, '{}' FROM c"],
+                         ("CREATE VIEW frames AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+                          "SELECT x + 1 FROM c) SELECT x, 'python', 'n', 'f', 1, '{}' FROM c")],
     "node_cycle": ["UPDATE nodes SET parent = id + 1 WHERE id = 1"],
     "node_self_parent": ["UPDATE nodes SET parent = id WHERE id = 2"],
     "orphan_node": ["UPDATE nodes SET parent = 99999 WHERE id = 2"],
@@ -147,29 +147,31 @@ CORRUPTIONS = {
     "complete_is_text": ["UPDATE meta SET value = '\"yes\"' WHERE key = 'complete'"],
     "schema_version_text": ["UPDATE meta SET value = '\"1\"' WHERE key = 'schema_version'"],
     "schema_version_float": ["UPDATE meta SET value = '1.5' WHERE key = 'schema_version'"],
-    "schema_version_huge": ["UPDATE meta SET value = '1' || replace(hex(zeroblob(400)), '00', '9') "
-                            "WHERE key = 'schema_version'"],
+    "schema_version_huge": [("UPDATE meta SET value = '1' || replace(hex(zeroblob(400)), '00', "
+                             "'9') WHERE key = 'schema_version'")],
     "schema_version_bool": ["UPDATE meta SET value = 'true' WHERE key = 'schema_version'"],
     "meta_value_blob": ["UPDATE meta SET value = x'80ff' WHERE key = 'host'"],
     "deep_json_meta": ["UPDATE meta SET value = '" + "[" * 100000 + "' WHERE key = 'notes'"],
     "huge_generated_column": ["DROP TABLE frames",
-                              "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind, name, file, line, "
-                              "extra AS (hex(zeroblob(900000000))))"],
+                              ("CREATE TABLE frames(id INTEGER PRIMARY KEY, kind, name, file, "
+                               "line, extra AS (hex(zeroblob(40000000))))"),  # 80 MB per read
+                              ("INSERT INTO frames(id, kind, name, file, line) "
+                               "VALUES (1, 'python', 'f', 'f.py', 1)")],
     "metric_defs_missing": ["DROP TABLE metric_defs"],
     "frames_empty": ["DELETE FROM frames"],
     "nodes_empty": ["DELETE FROM nodes"],
     "deep_chain_20000": [
         "DELETE FROM metrics", "DELETE FROM nodes WHERE id > 0",
         "INSERT INTO frames VALUES (99999, 'python', 'deep', '/work/deep.py', 1, '{}')",
-        "INSERT INTO nodes WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
-        "WHERE x < 20000) SELECT x, x - 1, 99999 FROM c",
+        ("INSERT INTO nodes WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+         "WHERE x < 20000) SELECT x, x - 1, 99999 FROM c"),
         "INSERT INTO metrics VALUES (20000, 'cpu.time', 1.0)",
     ],
     "wide_20000_children": [
         "DELETE FROM metrics", "DELETE FROM nodes WHERE id > 0",
-        "INSERT INTO frames SELECT 100000 + x, 'python', 'f' || x, '/work/w.py', x, '{}' FROM "
-        "(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) "
-        "SELECT x FROM c)",
+        ("INSERT INTO frames SELECT 100000 + x, 'python', 'f' || x, '/work/w.py', x, '{}' FROM "
+         "(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) "
+         "SELECT x FROM c)"),
         "INSERT INTO nodes SELECT id - 100000, 0, id FROM frames WHERE id > 100000",
         "INSERT INTO metrics SELECT id, 'cpu.time', 0.001 FROM nodes WHERE id > 0",
     ],

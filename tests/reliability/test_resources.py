@@ -9,7 +9,15 @@ import signal
 from pathlib import Path
 
 import pytest
-from reliability_harness import CLI, PY, assert_one_line_error, profile_meta, record, run_child, write_program
+from reliability_harness import (
+    CLI,
+    PY,
+    assert_one_line_error,
+    profile_meta,
+    record,
+    run_child,
+    write_program,
+)
 from reliability_programs import program
 
 MARKER_PROGRAM = program("open(sys.argv[1], 'w').write('ran')\nwork(0.05)")

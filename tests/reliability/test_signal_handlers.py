@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import signal
 
-from reliability_harness import (PY, frame_names, profile_meta, record, report_json, run_child,
-                                 signal_when_ready, write_program)
+from reliability_harness import (
+    PY,
+    frame_names,
+    profile_meta,
+    record,
+    report_json,
+    run_child,
+    signal_when_ready,
+    write_program,
+)
 from reliability_programs import program
 
 API_SIGTERM_HANDLER = """

@@ -12,6 +12,7 @@ A killed program leaves the last committed flush: SQLite's rollback journal undo
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from pathlib import Path
@@ -198,7 +199,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def _finite(value: float) -> bool:
-    return value == value and value not in (float("inf"), float("-inf"))
+    return math.isfinite(value)
 
 
 def _normalize_meta(meta: dict[str, Any]) -> dict[str, Any]:
