@@ -140,3 +140,31 @@ down(5000)
     assert rt.rc == 0 and "down" in rt.out, rt.describe()
     rj = run_child([*CLI, "report", "prof.dcprof", "--format", "json"], cwd=tmp_path)
     assert rj.rc == 0, rj.describe()
+
+
+def test_memory_stays_flat_on_a_long_repetitive_run(tmp_path):
+    # 10^5 steps of the same contexts, flushing every 50 ms: the tree stops growing after the
+    # first step, so must the process.
+    body = """
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def leaf(i):
+    return i * 2
+def step(i):
+    return leaf(i) + leaf(i + 1)
+for i in range(20_000):
+    step(i)
+time.sleep(0.2)
+base = rss_mb()
+for i in range(100_000):
+    step(i)
+work(0.3)
+time.sleep(0.2)
+print("growth", round(rss_mb() - base, 1), flush=True)
+"""
+    r = record(tmp_path, program(body), flush=0.05, program_args=["unused"], timeout=120)
+    assert r.rc == 0, r.describe()
+    growth = float(r.out.split("growth", 1)[1])
+    assert growth < 8, r.out
+    assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True
