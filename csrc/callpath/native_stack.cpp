@@ -199,6 +199,9 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
     if (cls[i] == kEval) evals.push_back(i);
   }
   if (n_py <= 0) {
+    // Eval frames without any Python frame: the walk was cut by a half-linked chain (a sample
+    // during a frame push). One eval frame may be the thread's first call being entered.
+    if (evals.size() > 1) return python_only();
     for (int i = n_ips - 1; i >= 0; --i)
       if (cls[i] == kOther || cls[i] == kKeep) out.push_back({false, 0, ips[i]});
     return finish(SpliceStatus::kNoPython);
@@ -214,8 +217,7 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
   if (m == 0) return python_only();
 
   block_of.assign(static_cast<size_t>(m), -1);
-  int outer_blocks_from = k;   // blocks [from, k) precede every native frame (native cut short)
-  bool inner_leftover = false; // block 0 has no eval frame yet (pushed, not yet running)
+  int outer_blocks_from = k;  // blocks [from, k) precede every native frame (native cut short)
   if (opts.native_truncated || opts.python_truncated) {
     // The missing frames are at the outer end, so pair from the innermost.
     if ((k > m && !opts.native_truncated) || (m > k && !opts.python_truncated)) return python_only();
@@ -223,12 +225,14 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
     if (k > m) outer_blocks_from = m;
     st = SpliceStatus::kTruncated;
   } else {
-    // Whole stacks: the only tolerated difference is at the innermost end (a call being entered
-    // or left), so pair from the outermost (memray's order, bloomberg/memray#205).
+    // Whole stacks: the only tolerated difference is one eval frame more, at the innermost end
+    // (a call entered before its frame is linked, or left after it was unlinked), so pair from
+    // the outermost (memray's order, bloomberg/memray#205). A run without its eval frame cannot
+    // come from such a race (3.10-3.13 link a frame inside the eval function); it means the
+    // unwind stopped early, where any pairing would be a guess.
     int d = m - k;
-    if (d > 1 || d < -1) return python_only();
-    for (int i = 0; i < std::min(m, k); ++i) block_of[m - 1 - i] = k - 1 - i;
-    inner_leftover = d == -1;
+    if (d != 0 && d != 1) return python_only();
+    for (int i = 0; i < k; ++i) block_of[m - 1 - i] = k - 1 - i;
     st = d == 0 ? SpliceStatus::kExact : SpliceStatus::kOffByOne;
   }
 
@@ -249,7 +253,6 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
         break;
     }
   }
-  if (inner_leftover) emit_block(&out, blocks[0]);
   return finish(st);
 }
 

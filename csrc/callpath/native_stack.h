@@ -74,7 +74,7 @@ struct SpliceItem {
 
 enum class SpliceStatus {
   kExact,       // one eval frame per run of Python frames
-  kOffByOne,    // an eval frame without its Python frames, or the reverse, at the innermost end
+  kOffByOne,    // an innermost eval frame without its Python frames (call being entered/left)
   kTruncated,   // a stack was cut at its maximum depth; paired innermost first
   kNoPython,    // no Python frames: native frames only
   kMismatch,    // could not pair: the result is the pure Python path (count these)
@@ -94,9 +94,10 @@ struct SpliceOptions {
 // eval frame; 3.11+ the frames up to and including the next entry frame), other interpreter
 // frames are dropped (except a small whitelist such as take_gil, time_sleep, gc_collect_main),
 // and frames of DeepContext's own objects (add_self_object) are dropped. Pairing is outermost
-// first, so an eval frame entered or left without its Python frame (or the reverse) is
-// tolerated at the innermost end. On any other disagreement the pure Python path is returned
-// with status kMismatch rather than a wrong mix.
+// first, so an eval frame entered or left without its Python frame is tolerated at the
+// innermost end. On any other disagreement (a run of Python frames without its eval frame, eval
+// frames without any Python frame) the pure Python path is returned with status kMismatch
+// rather than a wrong mix.
 std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_frame* py, int n_py,
                                SpliceStatus* status = nullptr, const SpliceOptions& opts = {});
 
