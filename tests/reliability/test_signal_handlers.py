@@ -6,6 +6,7 @@ import signal
 
 from reliability_harness import (
     PY,
+    child_env,
     frame_names,
     profile_meta,
     record,
@@ -159,3 +160,20 @@ print("parent alive", flush=True)
     assert f"child signal {int(signal.SIGTERM)}" in r.out and "parent alive" in r.out
     meta = profile_meta(tmp_path / "prof.dcprof", r)
     assert meta["complete"] is True and meta["pid"] != 0 and "ended_by" not in meta
+
+
+def test_signal_handling_can_be_switched_off(tmp_path):
+    # DEEPCONTEXT_SIGNALS=0: no handler, no wakeup descriptor; SIGTERM acts as without us.
+    body = """
+print("wakeup fd", signal.set_wakeup_fd(-1), "default", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, flush=True)
+work()
+wait_for_flush()
+ready()
+time.sleep(30)
+"""
+    r = record(tmp_path, program(body), program_args=[str(tmp_path / "ready")],
+               env=child_env({"DEEPCONTEXT_SIGNALS": "0"}),
+               during=signal_when_ready(tmp_path / "ready", signal.SIGTERM))
+    assert r.rc == -signal.SIGTERM, r.describe()
+    assert "wakeup fd -1 default True" in r.out, r.describe()
+    assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is False

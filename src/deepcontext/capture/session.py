@@ -13,8 +13,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .. import monitor
 from ..errors import DeepContextError
@@ -182,7 +183,7 @@ class Session:
     def __enter__(self) -> Session:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # -- flushing -------------------------------------------------------------------------
@@ -248,6 +249,8 @@ class Session:
     # thread acts at once whenever the C call has released the GIL.
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
+            return
+        if os.environ.get("DEEPCONTEXT_SIGNALS", "1") == "0":  # opt-out: touch no signal state
             return
         prev = signal.getsignal(signal.SIGTERM)
         if prev is None or prev == signal.SIG_IGN:  # set from C, or ignored: leave it alone
