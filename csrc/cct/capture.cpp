@@ -32,7 +32,7 @@ namespace {
 
 OpObserver g_observer = nullptr;
 std::mutex g_notes_mu;
-std::vector<std::string> g_notes;
+auto& g_notes = *new std::vector<std::string>();  // never destroyed (threads outlive exit)
 
 // Backward context: (forward thread, sequence number) -> forward Python node. Direct-mapped and
 // bounded: sequence numbers grow forever, and a backward pass only looks at recent ones.

@@ -18,7 +18,7 @@ struct OpCallInfo {
   bool call = false;
   std::string op;
 };
-std::unordered_map<uintptr_t, OpCallInfo> g_op_calls;
+auto& g_op_calls = *new std::unordered_map<uintptr_t, OpCallInfo>();  // never destroyed
 
 const OpCallInfo& op_call(uintptr_t ip) {
   auto it = g_op_calls.find(ip);

@@ -16,12 +16,13 @@ namespace {
 constexpr int kSlots = 8192;
 std::atomic<ThreadState*> g_slots[kSlots];
 std::mutex g_registry_mu;
-std::vector<ThreadState*> g_threads;  // every state ever made, for drains and stop()
+// Containers here are never destroyed: threads of the program (autograd, CUPTI, NCCL) can still
+// run operators while the process's static destructors run at exit.
+auto& g_threads = *new std::vector<ThreadState*>();  // every state ever made: drains, stop()
 
 // Slots of exited threads hold the tombstone, so probe chains through them stay intact.
-ThreadState g_tombstone;
-ThreadState* const kTombstone = &g_tombstone;
-std::vector<ThreadState*> g_free;  // states of exited threads, reused by new ones
+ThreadState* const kTombstone = new ThreadState();
+auto& g_free = *new std::vector<ThreadState*>();  // states of exited threads, reused by new ones
 
 }  // namespace
 
