@@ -4,16 +4,13 @@ periodically and at exit, and survives the ways a program ends."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import platform
-import select
-import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ from .. import monitor
 from ..errors import DeepContextError
 from ..tree.profile_file import ProfileWriter
 from .schedule import ACTIVE, WARMUP, Schedule
+from .signals import SigtermBridge, file_size_signal_deferred
 
 CONTEXT_LAYERS = ("python", "op", "native", "gpu")
 DEFAULT_CONTEXT = ("python", "op", "gpu")
@@ -94,16 +92,15 @@ class Session:
         self._writer: ProfileWriter | None = None
         self._lock = threading.RLock()
         self._writing = False
-        self._end_claim = threading.Lock()  # taken by whoever ends the process on SIGTERM
         self.ended_by: str | None = None
-        self._wakeup: tuple[int, int] | None = None  # (read, write) of the signal wakeup pipe
         self._stop_event = threading.Event()
         self._flusher: threading.Thread | None = None
         self._pid = os.getpid()
+        self._signals = SigtermBridge(self._pid, snapshot=lambda: self._flush(complete=False),
+                                      finish=self._finish_for_sigterm)
         self._start_time = 0.0
         self._write_failed = False
         self._capturing = False
-        self._prev_sigterm: Any = None
         self.announce = False  # say where the profile went (record)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -129,7 +126,7 @@ class Session:
         if self.schedule is not None:
             self._apply_phase()
         self._flush(complete=False)
-        self._install_sigterm()
+        self._signals.install()
         self._flusher = threading.Thread(target=self._flush_loop, name="deepcontext-flush",
                                          daemon=True)
         self._flusher.start()
@@ -143,9 +140,7 @@ class Session:
         if _active is not self:
             return
         self._stop_event.set()
-        if self._wakeup is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._wakeup[1], b"\0")  # wake the flusher now
+        self._signals.wake()
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join(timeout=2)
         monitor.finalize()
@@ -154,7 +149,7 @@ class Session:
             self._writer.close()
         _active = None
         atexit.unregister(self._atexit)
-        self._uninstall_sigterm()
+        self._signals.uninstall()
         self._say_where()
 
     def _say_where(self) -> None:
@@ -190,11 +185,9 @@ class Session:
     def _flush_loop(self) -> None:
         last = time.monotonic()
         while not self._stop_event.is_set():
-            signals = self._wait_for_signal(0.1)
+            self._signals.wait(0.1, self._stop_event)
             if self._stop_event.is_set():
                 break
-            if signals:
-                self._on_signals(signals)
             if time.monotonic() - last >= self.flush_interval:
                 self._flush(complete=False)
                 last = time.monotonic()
@@ -229,7 +222,7 @@ class Session:
             self._writing = True
             try:
                 tree = monitor.snapshot_tree(self.metadata(complete))
-                with _file_size_signal_deferred():
+                with file_size_signal_deferred():
                     self._writer.write(tree)
             except Exception as e:  # noqa: BLE001 - the program must run on
                 self._write_failed = True
@@ -242,135 +235,13 @@ class Session:
         if _active is self:
             self.stop()
 
-    # -- SIGTERM ----------------------------------------------------------------------------
-    # A Python handler runs only when the main thread is back in the interpreter, which a long
-    # C call (a big matmul, an NCCL wait) can delay past the launcher's SIGKILL. So CPython's
-    # C-level handler also writes the signal number into our wakeup pipe, and the flusher
-    # thread acts at once whenever the C call has released the GIL.
-    def _install_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if os.environ.get("DEEPCONTEXT_SIGNALS", "1") == "0":  # opt-out: touch no signal state
-            return
-        prev = signal.getsignal(signal.SIGTERM)
-        if prev is None or prev == signal.SIG_IGN:  # set from C, or ignored: leave it alone
-            return
-        self._prev_sigterm = prev
-
-        def on_sigterm(signum: int, frame: Any) -> None:
-            if os.getpid() != self._pid:  # inherited by a forked child: behave as before us
-                if callable(prev):
-                    prev(signum, frame)
-                else:
-                    _die_by_default_action(signum)
-                return
-            if callable(prev):
-                # The program's own handler decides (it often only sets a "stop soon" flag):
-                # keep profiling, but save what we have in case a SIGKILL follows.
-                self._flush(complete=False)
-                prev(signum, frame)
-                return
-            self._end_by_sigterm(finalize=True)
-
-        self._sigterm_handler = on_sigterm
-        signal.signal(signal.SIGTERM, on_sigterm)
-        self._install_wakeup_pipe()
-
-    def _uninstall_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal state is main-thread only; the pipe stays open (no reuse of its fd)
-        handler = getattr(self, "_sigterm_handler", None)
-        if handler is not None and signal.getsignal(signal.SIGTERM) is handler:
-            signal.signal(signal.SIGTERM, self._prev_sigterm)
-        if self._wakeup is not None:
-            previous = signal.set_wakeup_fd(-1)
-            if previous != self._wakeup[1]:  # someone (asyncio) took it over: keep theirs
-                signal.set_wakeup_fd(previous)
-            for fd in self._wakeup:
-                os.close(fd)
-            self._wakeup = None
-
-    def _end_by_sigterm(self, finalize: bool) -> None:
-        """Write the complete profile, then die by SIGTERM as the program would have."""
-        if not self._end_claim.acquire(timeout=30):
-            return
+    def _finish_for_sigterm(self, in_main_thread: bool) -> None:
         self.ended_by = "SIGTERM"
-        if finalize:
+        if in_main_thread:
             self.stop()
         else:  # flusher thread: the main thread is inside C; leave capture state alone
             self._flush(complete=True)
             self._say_where()
-        _die_by_default_action(signal.SIGTERM)
-
-    def _install_wakeup_pipe(self) -> None:
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        try:
-            previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        except ValueError:
-            previous = None
-        if previous != -1:  # not ours to take (asyncio or the program has one)
-            if previous is not None:
-                signal.set_wakeup_fd(previous)
-            os.close(r)
-            os.close(w)
-            return
-        self._wakeup = (r, w)
-
-    def _wait_for_signal(self, timeout: float) -> bytes:
-        if self._wakeup is None:
-            self._stop_event.wait(timeout)
-            return b""
-        ready, _, _ = select.select([self._wakeup[0]], [], [], timeout)
-        if not ready:
-            return b""
-        try:
-            return os.read(self._wakeup[0], 512)
-        except OSError:
-            return b""
-
-    def _on_signals(self, signals: bytes) -> None:
-        if signal.SIGTERM in signals:
-            if signal.getsignal(signal.SIGTERM) is getattr(self, "_sigterm_handler", None) \
-                    and not callable(self._prev_sigterm):
-                self._end_by_sigterm(finalize=False)
-            else:
-                self._flush(complete=False)  # the program's handler decides; save meanwhile
-        elif signal.SIGINT in signals:
-            self._flush(complete=False)
-
-
-def _die_by_default_action(signum: int) -> None:
-    """Re-raise ``signum`` with its default action (works from any thread)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signum, signal.SIG_DFL)
-    else:
-        import ctypes
-
-        # signal.signal is main-thread only; libc's signal() is not.
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.signal.restype = ctypes.c_void_p
-        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        libc.signal(signum, None)  # SIG_DFL
-    os.kill(os.getpid(), signum)
-
-
-@contextlib.contextmanager
-def _file_size_signal_deferred() -> Iterator[None]:
-    """Past RLIMIT_FSIZE the kernel sends SIGXFSZ, whose default kills the program: hold it
-    for this thread so the write fails with EFBIG instead, and discard the pending signal."""
-    sig = getattr(signal, "SIGXFSZ", None)
-    if sig is None:
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
-    try:
-        yield
-    finally:
-        if sig not in old:
-            if sig in signal.sigpending():
-                signal.sigtimedwait({sig}, 0)
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 _fork_hook_registered = False
@@ -391,15 +262,7 @@ def _forget_in_child() -> None:
     if session is not None:
         session._writer = None
         _active = None
-        if session._wakeup is not None:
-            with contextlib.suppress(ValueError):  # after fork this thread is the main one
-                previous = signal.set_wakeup_fd(-1)
-                if previous not in (-1, session._wakeup[1]):
-                    signal.set_wakeup_fd(previous)
-            for fd in session._wakeup:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            session._wakeup = None
+        session._signals.forget_in_child()
     monitor.pause(True)
 
 
