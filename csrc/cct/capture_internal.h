@@ -53,6 +53,6 @@ uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_
 // stacks that cannot be paired, or Python frames newer than the open operator).
 bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
                   const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
-                  NativePlace* out);
+                  NativePlace* out, bool leaf_is_pc = false);
 
 }  // namespace dc::detail

@@ -70,15 +70,15 @@ uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_
 // and the caller takes the Python-only path.
 bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
                   const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
-                  NativePlace* out) {
+                  NativePlace* out, bool leaf_is_pc) {
   if (n_ips <= 0) return false;
   if (top == nullptr) {
     *out = place_top_level(t, ips, n_ips, buf, n, [&](int i) { return d.frame(t, buf, i); },
-                           op_name);
+                           op_name, leaf_is_pc);
     return out->spliced;
   }
   if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
-  *out = place_nested(t, top->node, top->native_cut, ips, n_ips, op_name);
+  *out = place_nested(t, top->node, top->native_cut, ips, n_ips, op_name, leaf_is_pc);
   out->py_node = top->py_node;
   return out->spliced;
 }

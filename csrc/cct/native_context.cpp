@@ -29,6 +29,23 @@ const OpCallInfo& op_call(uintptr_t ip) {
   return g_op_calls.emplace(ip, std::move(info)).first->second;
 }
 
+// Sampled instructions, keyed by their function: ip -> frame id (never destroyed).
+auto& g_leaf_frames = *new std::unordered_map<uintptr_t, uint32_t>();
+
+uint32_t leaf_function_frame(Tree& t, uintptr_t pc) {
+  auto it = g_leaf_frames.find(pc);
+  if (it != g_leaf_frames.end()) return it->second;
+  native::Symbol sym = native::symbolize(pc, /*return_address=*/false);
+  std::string name = sym.resolved ? sym.name : "<code without symbols>";
+  uint32_t id = t.native_function_frame(name, sym.library);
+  g_leaf_frames.emplace(pc, id);
+  return id;
+}
+
+uint32_t native_frame_at(Tree& t, const uintptr_t* ips, int i, bool leaf_is_pc) {
+  return (leaf_is_pc && i == 0) ? leaf_function_frame(t, ips[0]) : t.native_frame(ips[i]);
+}
+
 bool is_call_of(uintptr_t ip, const char* op_name) {
   const OpCallInfo& c = op_call(ip);
   return c.call && native::op_name_matches(c.op, op_name);
@@ -44,7 +61,8 @@ int find_call(const uintptr_t* ips, int limit, const char* op_name) {
 }  // namespace
 
 NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
-                            int n_py, const PythonFrameFn& py_frame, const char* op_name) {
+                            int n_py, const PythonFrameFn& py_frame, const char* op_name,
+                            bool leaf_is_pc) {
   NativePlace out;
   native::SpliceStatus status;
   native::SpliceOptions opts;
@@ -73,7 +91,10 @@ NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_r
   uint32_t node = 0;
   for (size_t i = 0; i < end; ++i) {
     const native::SpliceItem& it = items[i];
-    node = t.child(node, it.python ? py_frame(it.py_index) : t.native_frame(it.ip));
+    uint32_t frame = it.python ? py_frame(it.py_index)
+                     : (leaf_is_pc && it.ip == ips[0]) ? leaf_function_frame(t, it.ip)
+                                                       : t.native_frame(it.ip);
+    node = t.child(node, frame);
     if (it.python) out.py_node = node;
   }
   out.node = node;
@@ -83,10 +104,19 @@ NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_r
 }
 
 NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
-                         int n_ips, const char* op_name) {
+                         int n_ips, const char* op_name, bool leaf_is_pc) {
   NativePlace out;
   out.node = outer_node;
-  if (outer_cut < 0 || outer_cut >= n_ips) return out;
+  if (outer_cut < 0 || n_ips <= 0) return out;
+  if (outer_cut >= n_ips) {
+    if (op_name != nullptr || !leaf_is_pc) return out;
+    // The unwind stopped short of the operator's own frame: keep what is certain.
+    uint32_t marker = t.child(outer_node, t.named_frame(Kind::Marker, "<native unwind incomplete>"));
+    out.node = t.child(marker, leaf_function_frame(t, ips[0]));
+    out.cut = outer_cut;
+    out.spliced = true;
+    return out;
+  }
   // Frames inside the outer operator are ips[0, inside) (innermost first).
   int inside = n_ips - 1 - outer_cut;
   int stop = -1;  // innermost-first index where the kept frames end (exclusive)
@@ -95,7 +125,7 @@ NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uint
     if (stop < 0) return out;  // no call frame of its own: nest it without native frames
   }
   uint32_t node = outer_node;
-  for (int i = inside - 1; i > stop; --i) node = t.child(node, t.native_frame(ips[i]));
+  for (int i = inside - 1; i > stop; --i) node = t.child(node, native_frame_at(t, ips, i, leaf_is_pc));
   out.node = node;
   out.cut = op_name != nullptr ? n_ips - 1 - stop : outer_cut;
   out.spliced = true;

@@ -24,14 +24,19 @@ struct NativePlace {
 // Top-level event (no operator open on this thread). `ips` innermost first. With `op_name`,
 // native frames stop at that operator's call frame (the op node goes in its place); without,
 // every native frame down to the event is kept (CPU samples, GPU launches). Tree lock held.
+// `leaf_is_pc`: ips[0] is an interrupted instruction (a CPU sample), not a return address; it
+// is keyed by its function so that the tree does not grow with every sampled instruction.
 NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
-                            int n_py, const PythonFrameFn& py_frame, const char* op_name);
+                            int n_py, const PythonFrameFn& py_frame, const char* op_name,
+                            bool leaf_is_pc = false);
 
 // Event inside an open operator whose call frame sits at outermost-first depth `outer_cut`:
 // the native frames below that frame (down to `op_name`'s call frame, if given) go under
-// `outer_node`. Tree lock held.
+// `outer_node`. A sample whose unwind stopped before reaching the operator (JIT-generated or
+// hand-written assembly kernels without unwind tables) gets a "<native unwind incomplete>"
+// marker and its leaf function under the operator. Tree lock held.
 NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
-                         int n_ips, const char* op_name);
+                         int n_ips, const char* op_name, bool leaf_is_pc = false);
 
 // Symbolizes native frames added since the last call (tree lock held; off the hot path).
 void describe_native_frames(Tree& t);

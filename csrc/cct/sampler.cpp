@@ -109,7 +109,7 @@ void drain_locked(Tree& t, ThreadState* s) {
     NativePlace np;
     uint32_t node =
         native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n, smp.has_op ? &top : nullptr,
-                     nullptr, &np)
+                     nullptr, &np, /*leaf_is_pc=*/true)
             ? np.node
             : node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
                        smp.op_py_node, smp.op_frame, nullptr);

@@ -115,6 +115,13 @@ uint32_t Tree::native_frame(uintptr_t ip) {
   return id;
 }
 
+uint32_t Tree::native_function_frame(const std::string& name, const std::string& library) {
+  uint32_t id = named_frame(Kind::Native, name, "library=" + library);
+  frames[id].file = library;
+  frames[id].extra.clear();
+  return id;
+}
+
 uint32_t Tree::child(uint32_t parent, uint32_t frame) {
   uint64_t k = (static_cast<uint64_t>(parent) << 32) | frame;
   auto it = child_index_.find(k);

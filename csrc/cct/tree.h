@@ -59,6 +59,8 @@ class Tree {
   uint32_t named_frame(Kind kind, const std::string& name, const std::string& extra = "");
   // A native frame by return address; its symbol is looked up later (describe_native_frames).
   uint32_t native_frame(uintptr_t ip);
+  // A native frame that stands for a whole function (sampled leaves), already symbolized.
+  uint32_t native_function_frame(const std::string& name, const std::string& library);
   uint32_t child(uint32_t parent, uint32_t frame);
   void add(uint32_t node, uint32_t metric, double v);
   uint32_t metric_id(const std::string& name);  // takes its own lock

@@ -45,9 +45,11 @@ def test_python_native_op_native_op(linear_native):
 
 def test_native_frames_are_symbolized_with_library_and_offset(linear_native):
     natives = [n.frame for n in linear_native.nodes if n.frame.kind == "native"]
-    assert natives
-    assert all(f.name and f.file for f in natives)
-    assert all(f.get("offset").startswith("0x") for f in natives)
+    assert natives and all(f.name for f in natives)
+    # call sites carry their library and offset; sampled leaves stand for whole functions
+    sites = [f for f in natives if f.get("offset")]
+    assert len(sites) > len(natives) / 2
+    assert all(f.file and f.get("offset").startswith("0x") for f in sites)
     assert linear_native.metadata["complete"] is True
 
 
@@ -56,12 +58,19 @@ def test_cpu_samples_inside_operators_reach_native_leaves(tmp_path):
                        options=("--context", "python,op,native", "--sample-interval", "0.002"))
     assert proc.returncode == 0, proc.stderr
     tree = loaded(out)
-    (conv_line,) = python_nodes(tree, "conv_matmul.py", line_of("conv_matmul.py", "CONV"))
-    (conv_op,) = op_nodes(tree, "aten::conv2d", conv_line)
-    inside = [n for n in subtree_ids(tree, conv_op) if n != conv_op]
-    sampled_native = sum(tree.exclusive(n, "cpu.time") for n in inside
-                         if tree.nodes[n].frame.kind == "native")
-    assert sampled_native > 0.5 * tree.inclusive(conv_op, "cpu.time") > 0
+    for marker, op in (("CONV", "aten::conv2d"), ("MATMUL", "aten::matmul")):
+        (line,) = python_nodes(tree, "conv_matmul.py", line_of("conv_matmul.py", marker))
+        (top_op,) = op_nodes(tree, op, line)
+        total = tree.inclusive(top_op, "cpu.time")
+        # every sample inside the operator reaches a native leaf below the innermost operator
+        # (through a "<native unwind incomplete>" marker where a BLAS/JIT kernel has no unwind
+        # tables), none stops at an operator node
+        leaves = [n for n in subtree_ids(tree, top_op) if tree.exclusive(n, "cpu.time") > 0]
+        assert total > 0 and leaves
+        assert all(tree.nodes[n].frame.kind == "native" for n in leaves), \
+            [tree.nodes[n].frame for n in leaves]
+    # sampled leaves are keyed by function, not by instruction: the tree stays small
+    assert sum(1 for n in tree.nodes if n.frame.kind == "native") < 1500
 
 
 def test_default_context_has_no_native_frames(tmp_path):
