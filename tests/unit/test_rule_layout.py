@@ -51,3 +51,5 @@ def test_library_internal_copy_points_at_the_calling_line():
                          {"op.count": 300, "op.time": 0.05})])
     (f,) = run(tree)
     assert f.location.line == 22
+    assert f.severity == "note" and f.evidence["inside"] == "forward"  # the library's copy
+    assert "inside forward" in f.suggestion

@@ -3,6 +3,7 @@ operators and kernels below them), the place to look first."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -86,8 +87,8 @@ class HotspotRule(Rule):
             evidence={metric: value, "share": round(share, 4),
                       **({"top_frame_" + metric: leaf[0]} if leaf else {})},
             suggestion=(f"Start optimizing here; see its subtree with `deepcontext report PROFILE "
-                        f"--include '{short}:{loc.line}\\)'` and check the other findings for "
-                        f"this line."),
+                        f"--include '{re.escape(f'{short}:{loc.line}')}\\)'` and check the other "
+                        f"findings for this line."),
             gain_seconds=value,
             method="upper bound: the line's own time if it were removed entirely")
 

@@ -29,7 +29,7 @@ class LayoutChurnRule(Rule):
         for owner, sites in ctx.sites_by_owner.items():
             if owner <= 0:
                 continue
-            copies, spent, kinds = 0.0, 0.0, set()
+            copies, spent, kinds, inside = 0.0, 0.0, set(), set()
             for s in sites:
                 if s.backward or base_name(s.name) not in _COPYING:
                     continue
@@ -38,12 +38,17 @@ class LayoutChurnRule(Rule):
                     copies += n
                     spent += ctx.host_time(s.node) + ctx.inc("gpu.time")[s.node]
                     kinds.add(base_name(s.name))
+                    parent = ctx.tree.nodes[s.node].parent
+                    if parent != owner:  # called inside a library function, not by the line
+                        inside.add(ctx.tree.nodes[parent].frame.name)
             if copies < self.t("min_copies"):
                 continue
             severity = self.severity_for(ctx, spent)
             if severity is None:
                 continue
-            yield self._finding(ctx, owner, severity, copies, spent, kinds)
+            if inside:
+                severity = "note"  # the copy is the library's; the user can only work around it
+            yield self._finding(ctx, owner, severity, copies, spent, kinds, sorted(inside))
 
     @staticmethod
     def _copies(ctx: AnalysisContext, node: int) -> float:
@@ -53,7 +58,7 @@ class LayoutChurnRule(Rule):
                    if ctx.tree.nodes[n].frame.name == "aten::copy_")
 
     def _finding(self, ctx: AnalysisContext, owner: int, severity: str, copies: float,
-                 spent: float, kinds: set[str]) -> Finding:
+                 spent: float, kinds: set[str], inside: list[str]) -> Finding:
         region = [o for o in ctx.sites_by_owner
                   if o > 0 and ctx.tree.nodes[o].parent == ctx.tree.nodes[owner].parent]
         views = sorted({base_name(s.name) for o in region for s in ctx.forward_sites(o)
@@ -67,6 +72,10 @@ class LayoutChurnRule(Rule):
         if conv:
             fix = ("convert the model and its input once with .to(memory_format="
                    "torch.channels_last) instead of converting layouts every step; " + fix)
+        if inside:
+            fix = (f"the copies happen inside {', '.join(inside)}: pass it inputs already in the "
+                   f"layout it wants (e.g. contiguous, or the layout its docs recommend), or try "
+                   f"torch.compile, which can remove layout copies; " + fix)
         return ctx.finding(
             self, owner, severity=severity,
             title=f"{copies:.0f} layout copies ({made}{source}) at {ctx.where(owner)}",
@@ -74,7 +83,7 @@ class LayoutChurnRule(Rule):
                      f"{seconds(spent)} ({percent(ctx.fraction(spent))} of the run): each "
                      f"rewrites the whole tensor only to change its strides."),
             evidence={"copies": int(copies), "time_s": spent, "ops": made,
-                      "views": ",".join(views)},
+                      "views": ",".join(views), "inside": ",".join(inside)},
             suggestion=fix,
             gain_seconds=spent,
             method="upper bound: the copies' time, if the consumer reads the view directly")
