@@ -153,3 +153,19 @@ def test_native_crash_keeps_status_faulthandler_and_last_flush(tmp_path, crash, 
     assert r.rc == -sig, r.describe()
     assert "Fatal Python error" in r.err  # the program's faulthandler still reports
     _assert_profile(tmp_path, prof, r, complete=False)
+
+
+def test_ctrl_c_twice_ends_without_hang_and_leaves_a_readable_profile(tmp_path):
+    def during(proc):
+        signal_when_ready(tmp_path / "ready", signal.SIGINT)(proc)
+        time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    r, prof = _recorded(tmp_path, "work()\nwait_for_flush()\nready()\ntime.sleep(30)",
+                        during=during)
+    assert r.rc in (-signal.SIGINT, 1), r.describe()
+    assert r.seconds < 20
+    meta = profile_meta(prof, r)  # complete if the second Ctrl-C came after the final write
+    report_json(tmp_path, prof)
+    assert isinstance(meta["complete"], bool)
