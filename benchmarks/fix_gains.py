@@ -1,7 +1,7 @@
 """Does a suggested fix pay off? For each inefficiency in benchmarks/fixes/: time the program
 before and after the fix (unprofiled, separate processes), record both with deepcontext, check
 that `analyze` flags the 'before' program in the expected category and not the 'after' one, and
-show `deepcontext diff`. GPU only. Usage: python benchmarks/fix_gains.py OUT_DIR"""
+show `deepcontext diff`. GPU only. Usage: python benchmarks/fix_gains.py OUT_DIR [case,case]"""
 
 from __future__ import annotations
 
@@ -32,11 +32,12 @@ def findings(profile: Path) -> list[dict]:
     return json.loads(proc.stdout)["findings"] if proc.returncode == 0 else []
 
 
-def main(out: Path) -> None:
+def main(out: Path, names: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = ["| inefficiency | rule fired (before) | warning left (after) | step before | step after | gain |",
             "|---|---|---|---|---|---|"]
-    for name, category in CASES.items():
+    for name in names:
+        category = CASES[name]
         program = f"{name}.py"
         before_t = median_step(program, "before")
         after_t = median_step(program, "after")
@@ -65,4 +66,5 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/fix_gains"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/fix_gains"),
+         sys.argv[2].split(",") if len(sys.argv) > 2 else list(CASES))

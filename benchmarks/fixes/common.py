@@ -8,7 +8,7 @@ import time
 import torch
 
 
-def time_steps(step, steps: int = 30, warmup: int = 5) -> None:
+def time_steps(step, steps: int = 20, warmup: int = 3) -> None:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
