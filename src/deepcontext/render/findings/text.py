@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from ...tree.metrics import format_value
 from .._safe import printable
 from . import FindingsReport
+
+
+WIDTH = 100
+
+
+def _wrapped(label: str, text: str) -> list[str]:
+    """``   label text`` wrapped at WIDTH with continuation lines under the text."""
+    return textwrap.wrap(text, WIDTH, initial_indent="   " + label,
+                         subsequent_indent=" " * (3 + len(label)), break_on_hyphens=False,
+                         break_long_words=False) or ["   " + label]
 
 
 class TextFindingsRenderer:
@@ -27,15 +39,13 @@ class TextFindingsRenderer:
                 short = f.location.file.rsplit("/", 1)[-1]
                 where = f"{printable(short)}:{f.location.line} in {printable(f.location.function)}"
             gain = f.estimated_gain
-            lines += [
-                "",
-                f"{i}. {f.severity.upper():7} [{f.rule}] {where}",
-                f"   {printable(f.title)}",
-                f"   why:  {printable(f.message, 1000)}",
-                f"   fix:  {printable(f.suggestion, 1000)}",
-                (f"   gain: ~{format_value(gain.seconds, 's')} ({100 * gain.fraction:.1f}% of "
-                 f"profiled time): {printable(gain.method)}"),
-            ]
+            lines += ["", f"{i}. {f.severity.upper():7} [{f.rule}] {where}",
+                      f"   {printable(f.title)}"]
+            lines += _wrapped("why:  ", printable(f.message, 1000))
+            lines += _wrapped("fix:  ", printable(f.suggestion, 1000))
+            lines += _wrapped("gain: ", f"~{format_value(gain.seconds, 's')} "
+                                        f"({100 * gain.fraction:.1f}% of profiled time): "
+                                        f"{printable(gain.method)}")
             if f.location:
                 lines.append(f"   at:   {printable(f.location.file)}:{f.location.line}")
         return "\n".join(lines) + "\n"
