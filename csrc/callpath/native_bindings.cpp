@@ -143,6 +143,8 @@ void bind(nb::module_& m) {
     return d;
   }, "Which unwinder and line reader this process uses.");
   m.def("native_flush_caches", &flush_caches);
+  m.def("native_add_self_object", &add_self_object, "address"_a,
+        "Hide the frames of the object (shared library) that maps `address`, e.g. the torch hook.");
   m.def("native_bench", &bench, "iterations"_a = 100000, "use_libunwind"_a = true,
         "Per-call ns of backtrace, Python walk and splice from the caller's stack.");
 }

@@ -57,6 +57,18 @@ def test_own_frames_dropped(core, a):
     assert run(core, [a.S, a.S, a.N1, a.E], [1]) == ("exact", [("py", 0), a.N1])
 
 
+def test_registered_objects_are_hidden_too(core, a, chain_ext, tmp_path):
+    # A second copy of the extension stands in for another DeepContext library (the torch hook).
+    import shutil
+    copy = tmp_path / ("hidden_" + chain_ext.__file__.rsplit("/", 1)[1])
+    shutil.copy(chain_ext.__file__, copy)
+    lib = ctypes.CDLL(str(copy))
+    h = _addr(lib.dcn_chain_a)
+    assert run(core, [h, a.N1, a.E], [1]) == ("exact", [("py", 0), a.N1, h])
+    core.native_add_self_object(h)
+    assert run(core, [h, a.N1, a.E], [1]) == ("exact", [("py", 0), a.N1])
+
+
 def test_frames_outside_the_outermost_eval_frame(core, a):
     ips, entries = [a.N1, a.E, a.N2, a.N3], [1]
     assert run(core, ips, entries) == ("exact", [("py", 0), a.N1])
