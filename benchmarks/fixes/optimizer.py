@@ -4,19 +4,25 @@ import torch
 from common import time_steps, variant
 
 torch.manual_seed(0)
-params = [torch.randn(64, 64, device="cuda", requires_grad=True) for _ in range(400)]
-for p in params:
-    p.grad = torch.randn_like(p)
+layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(150)).cuda()
+params = list(layers.parameters())
+x = torch.randn(16, 32, device="cuda")
 foreach = variant() == "after"
 
 
-@torch.no_grad()
 def step():
-    if foreach:
-        torch._foreach_add_(params, [p.grad for p in params], alpha=-1e-3)
-    else:
-        for p in params:
-            p.add_(p.grad, alpha=-1e-3)  # UPDATE
+    h = x
+    for layer in layers:
+        h = layer(h)
+    h.square().mean().backward()
+    with torch.no_grad():
+        if foreach:
+            torch._foreach_add_(params, [p.grad for p in params], alpha=-1e-3)
+        else:
+            for p in params:
+                p.add_(p.grad, alpha=-1e-3)  # UPDATE
+    for p in params:
+        p.grad = None
 
 
 time_steps(step)
