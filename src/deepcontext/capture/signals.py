@@ -102,9 +102,11 @@ class SigtermBridge:
     # -- any thread -------------------------------------------------------------------------
     def _end(self, in_main_thread: bool) -> None:
         """Write the complete profile, then die by SIGTERM as the program would have."""
-        if not self._claim.acquire(timeout=30):
-            return
-        self._finish(in_main_thread)
+        if self._claim.acquire(timeout=30):
+            self._finish(in_main_thread)
+        elif not in_main_thread:
+            return  # the main thread is ending the process itself
+        # (the main thread waited for a flusher that never finished: die all the same)
         die_by_default_action(signal.SIGTERM)
 
     def wake(self) -> None:
