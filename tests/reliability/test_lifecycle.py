@@ -38,6 +38,14 @@ s.start(); s.stop()
 s.start()
 """,
     "bad_interval": "deepcontext.profile('a.dcprof', flush_interval=0)",
+    "existing_output": """
+open("exists.dcprof", "w").write("precious")
+try:
+    deepcontext.start("exists.dcprof")
+finally:
+    assert open("exists.dcprof").read() == "precious"
+""",
+    "missing_directory": "deepcontext.start('no/such/dir/a.dcprof')",
     "bad_context": "deepcontext.profile('a.dcprof', context='python,bogus')",
 }
 

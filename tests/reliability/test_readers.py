@@ -227,3 +227,44 @@ def test_deep_crafted_tree_through_the_real_cli_is_folded_not_fatal(tmp_path, re
         assert r.rc == 0 and "Traceback" not in r.err, r.describe()
     r = run_child([*CLI, "report", str(path)], cwd=tmp_path)
     assert "folded" in r.out
+
+
+def test_reading_a_profile_while_the_program_writes_it(tmp_path):
+    # Users run `report` on a live job: each read is the last complete write or one line.
+    import json as _json
+    import subprocess
+    import time
+
+    from reliability_harness import child_env
+
+    body = """
+import itertools
+ready()
+for i in itertools.count():
+    exec(f"def fn_{i % 300}():\\n    return work(0.002)\\nfn_{i % 300}()")
+"""
+    prog = tmp_path / "live.py"
+    prog.write_text(program(body))
+    proc = subprocess.Popen([*CLI, "record", "--flush-interval", "0.03", "--sample-interval",
+                             "0.002", "-o", "live.dcprof", "--", PY, str(prog),
+                             str(tmp_path / "ready")], cwd=tmp_path, env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        outcomes = []
+        for _ in range(8):
+            r = run_child([*CLI, "report", "live.dcprof", "--format", "json"], cwd=tmp_path,
+                          timeout=30)
+            if r.rc == 0:
+                _json.loads(r.out)
+                outcomes.append("ok")
+            else:
+                assert_one_line_error(r)
+                outcomes.append(r.err.strip())
+        assert outcomes.count("ok") >= 4, outcomes
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == -15, proc.stderr.read()
