@@ -113,7 +113,7 @@ NB_MODULE(_core, m) {
         dc::op_enter(name.c_str(), h, seq_nr, rf_tid, fwd_tid, is_backward);
         return h;
       }, "name"_a, "seq_nr"_a = -1, "is_backward"_a = false, "fwd_tid"_a = 0, "rf_tid"_a = 0);
-  m.def("op_exit", &dc::op_exit, "handle"_a);
+  m.def("op_exit", [](uint64_t handle) { dc::op_exit(handle, -1); }, "handle"_a);
   m.def("current_node", &dc::current_node);
   m.def("child_node", [](uint32_t parent, int kind, const std::string& name,
                          const std::string& extra) {

@@ -60,6 +60,10 @@ bool is_engine_wrapper(const char* name) {
   return std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
 }
 
+void remember_forward(int64_t seq_nr, uint64_t rf_tid, uint32_t py_node) {
+  g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots] = SeqSlot{rf_tid, seq_nr, py_node};
+}
+
 // The forward Python context recorded for (forward thread, sequence number), or 0.
 uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
   const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
@@ -183,12 +187,9 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     // node it runs next; until then it is parked on its ordinary parent.
     pending = wrapper && seq_nr < 0;
     node = pending ? parent : t.child(parent, frame);
-    if (!backward_node && seq_nr >= 0) {
-      SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
-      // The last op to see a sequence number is the one that created the autograd node: ops
-      // that create none (no grad-requiring input) only peek at the number it will get.
-      slot = SeqSlot{rf_tid, seq_nr, py_node};
-    }
+    // Without an exit report (dispatch tier), the last op to see a number is the best guess
+    // for the one that created the autograd node; with one, op_exit records it exactly.
+    if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);
   }
   OpEntry& e = s->ops[d];
   e.node = node;
@@ -200,12 +201,14 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.native_cut = cut;
+  e.fwd_seq = backward_node ? -1 : seq_nr;
+  e.rf_tid = rf_tid;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
 }
 
-void op_exit(uint64_t handle) {
+void op_exit(uint64_t handle, int seq_consumed) {
   ThreadState* s = t_state;
   if (s == nullptr) return;
   if (s->overflow > 0) {
@@ -223,6 +226,7 @@ void op_exit(uint64_t handle) {
   {
     std::lock_guard<std::mutex> g(t.mu);
     if (e.pending) resolve_pending(t, e, -1, 0);
+    if (seq_consumed == 1 && e.fwd_seq >= 0) remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
     t.add(e.node, m_op_time, (elapsed - e.child_ns) * 1e-9);
     t.add(e.node, m_op_count, 1.0);
   }

@@ -29,6 +29,8 @@ struct OpEntry {
   int64_t t0_ns;
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
   int native_cut;        // outermost-first native depth of its call frame (-1: none)
+  int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
+  uint64_t rf_tid;
 };
 
 struct Sample {
@@ -96,7 +98,9 @@ void register_thread(unsigned long pthread_id, pid_t tid);
 // Hot paths, callable without the GIL.
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, bool is_backward);
-void op_exit(uint64_t handle);
+// seq_consumed: 1 if an autograd node took the op's sequence number during the op, 0 if not,
+// -1 if the caller cannot tell (then the number was recorded at entry).
+void op_exit(uint64_t handle, int seq_consumed = -1);
 uint32_t current_node();
 uint32_t child_node(uint32_t parent, int kind, const char* name, const char* extra);
 void add_metric(uint32_t node, uint32_t metric, double value);

@@ -1,6 +1,7 @@
 // The PyTorch operator layer: a global RecordFunction callback that feeds the core's per-thread
 // operator stack. Compiled at first use against the installed torch (capture/torch_ops.py), so
 // the core itself never links libtorch; the two meet through the dc_api capsule.
+#include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <torch/extension.h>
 
@@ -20,7 +21,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void on_exit(const at::RecordFunction& fn, at::ObserverContext*) { g_api->op_exit(fn.handle()); }
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  // An op only peeks at the next sequence number; the one that creates the autograd node
+  // consumes it, and that is the forward line its backward belongs to.
+  int64_t seq = fn.seqNr();
+  int consumed = seq >= 0 && static_cast<int64_t>(at::sequence_number::peek()) > seq ? 1 : 0;
+  g_api->op_exit(fn.handle(), consumed);
+}
 
 // Installed once per process and never removed: removing a global callback is only safe when
 // no other code runs, which a profiler cannot promise. Disabled, it costs one indirect call.

@@ -100,11 +100,12 @@ def test_stale_build_lock_from_a_killed_build_does_not_hang(tmp_path):
     """A build killed mid-way leaves torch's lock file; the next run must not wait on it."""
     import shutil
 
-    from deepcontext.capture.torch_ops import cache_dir
+    from deepcontext.capture.torch_ops import _hook_name, cache_dir
 
     cache = tmp_path / "cache"
     shutil.copytree(cache_dir(), cache)  # the hook is already built by the tests above
-    (hook_dir,) = (cache / "torch_hook").iterdir()
+    hook_dir = cache / "torch_hook" / _hook_name(torch)
+    assert hook_dir.is_dir()
     (hook_dir / "lock").write_text("")
     proc, out = record(tmp_path, PROG, "1", env={"DEEPCONTEXT_CACHE": str(cache)}, timeout=120)
     assert proc.returncode == 0, proc.stderr

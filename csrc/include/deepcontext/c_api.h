@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 1
+#define DC_API_VERSION 2
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -21,7 +21,9 @@ typedef struct dc_api {
    * is_backward marks autograd's BACKWARD_FUNCTION scope, fwd_tid the forward thread. */
   void (*op_enter)(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
                    uint64_t fwd_tid, int is_backward);
-  void (*op_exit)(uint64_t handle);
+  /* seq_consumed: 1 if an autograd node took the op's sequence number while it ran (the op
+   * created the node its backward will name), 0 if not, -1 if unknown. */
+  void (*op_exit)(uint64_t handle, int seq_consumed);
   /* Whether capture is on (plug-ins skip work when it is not). */
   int (*enabled)(void);
   /* The calling thread's current context node (Python path + operator stack). */
