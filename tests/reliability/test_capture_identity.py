@@ -8,7 +8,7 @@ from reliability_harness import frame_names, record, report_json
 
 PROGRAM = '''
 import sys, time
-def work(seconds=0.03):
+def work(seconds=0.1):
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass

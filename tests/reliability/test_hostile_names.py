@@ -28,7 +28,7 @@ import sys, time, importlib.util
 HOSTILE = {hostile!r}
 LONG_NAME = {long!r}
 
-def work(seconds=0.03):
+def work(seconds=0.1):
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
