@@ -13,7 +13,7 @@ from .finding import CATEGORIES, SEVERITIES, EstimatedGain, Finding, Location
 from .registry import (ENTRY_POINT_GROUP, builtin_rules, default_rules, entry_point_rules,
                        load_rules_file)
 from .rule import Rule, Threshold
-from .usercode import is_user_file
+from ..tree.usercode import is_user_file
 
 __all__ = [
     "AnalysisContext", "CATEGORIES", "ENTRY_POINT_GROUP", "EstimatedGain", "Finding", "Location",

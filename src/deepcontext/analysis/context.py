@@ -12,7 +12,7 @@ from typing import Any
 from ..tree.cct import CallingContextTree
 from ..tree.frame import MARKER, OP, PYTHON
 from .finding import EstimatedGain, Finding, Location
-from .usercode import is_user_file
+from ..tree.usercode import is_user_file
 
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import sys
-import sysconfig
 from dataclasses import dataclass
 
 from .cct import CallingContextTree
 from .frame import Frame
+from .usercode import is_user_file
 
 
 def inverted(tree: CallingContextTree) -> CallingContextTree:
@@ -85,17 +84,6 @@ def filtered(tree: CallingContextTree, include: str | None = None,
     return out
 
 
-_STDLIB = tuple({p for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"))
-                 if p})
-
-
-def is_library_file(path: str) -> bool:
-    """Installed packages, the standard library and frozen modules: code the user did not write."""
-    return (not path or path.startswith("<") or "/site-packages/" in path
-            or "/dist-packages/" in path or path.startswith(_STDLIB)
-            or path.startswith(sys.prefix + "/lib/"))
-
-
 def user_frames(tree: CallingContextTree) -> CallingContextTree:
     """Library Python frames folded into their callers, so a user line sits right above the
     operators it triggers (``train.py:12 forward -> aten::linear``)."""
@@ -104,7 +92,7 @@ def user_frames(tree: CallingContextTree) -> CallingContextTree:
     for node in tree.nodes[1:]:
         parent = mapping[node.parent]
         f = node.frame
-        if f.kind == "python" and is_library_file(f.file):
+        if f.kind == "python" and not is_user_file(f.file):
             mapping[node.id] = parent
         else:
             mapping[node.id] = out.child(parent, f)
