@@ -168,3 +168,14 @@ print("growth", round(rss_mb() - base, 1), flush=True)
     growth = float(r.out.split("growth", 1)[1])
     assert growth < 8, r.out
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True
+
+
+@pytest.mark.parametrize("flag", ["-E", "-I", "-S", "-uE"])
+def test_python_flags_that_would_skip_profiling_are_refused_up_front(tmp_path, flag):
+    prog = write_program(tmp_path, MARKER_PROGRAM)
+    marker = tmp_path / "marker"
+    r = run_child([*CLI, "record", "-o", "prof.dcprof", "--", PY, flag, str(prog), str(marker)],
+                  cwd=tmp_path)
+    assert_one_line_error(r)
+    assert "skips the bootstrap" in r.err
+    assert not marker.exists() and not (tmp_path / "prof.dcprof").exists()

@@ -62,7 +62,32 @@ def resolve_command(command: list[str]) -> list[str]:
         raise DeepContextError(f"command not found: {exe}")
     if _is_python(exe) and len(command) > 1 and command[1].endswith(".py") and not os.path.isfile(command[1]):
         raise DeepContextError(f"script not found: {command[1]}")
+    if _is_python(exe):
+        _refuse_flags_that_skip_the_bootstrap(command[1:])
     return command
+
+
+def _refuse_flags_that_skip_the_bootstrap(args: list[str]) -> None:
+    """-E/-I ignore PYTHONPATH and -S skips sitecustomize: the program would run unprofiled
+    and no profile would appear, so say it before anything runs."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
+            return  # the script (or long options, which take no bootstrap-relevant flags)
+        letters = arg[1:]
+        for j, letter in enumerate(letters):
+            if letter in "EIS":
+                raise DeepContextError(
+                    f"python -{letter} skips the bootstrap deepcontext record relies on; drop the "
+                    "flag, or profile with the API (deepcontext.profile) instead")
+            if letter in "cm":  # -c CODE / -m MODULE: the rest are the program's arguments
+                return
+            if letter in "WX":  # -W ARG / -X OPT: the value is attached or the next argument
+                if j == len(letters) - 1:
+                    i += 1
+                break
+        i += 1
 
 
 def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
