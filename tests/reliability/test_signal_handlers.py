@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 from reliability_harness import (
     PY,
     child_env,
@@ -177,3 +178,25 @@ time.sleep(30)
     assert r.rc == -signal.SIGTERM, r.describe()
     assert "wakeup fd -1 default True" in r.out, r.describe()
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is False
+
+
+@pytest.mark.parametrize("sig, install", [
+    (signal.SIGINT, ""),  # Python's own KeyboardInterrupt handler
+    (signal.SIGTERM, "signal.signal(signal.SIGTERM, lambda s, f: sys.exit(3))"),
+])
+def test_signal_during_c_call_saves_a_snapshot_before_a_sigkill(tmp_path, sig, install):
+    # No periodic flush (interval 60 s): only the snapshot taken when the signal arrives can
+    # carry `work` into the file before the SIGKILL that follows.
+    body = f"""
+{install}
+import hashlib
+work()
+ready()
+hashlib.pbkdf2_hmac("sha256", b"pw", b"salt", 80_000_000)
+"""
+    r = record(tmp_path, program(body), flush=60, program_args=[str(tmp_path / "ready")],
+               timeout=60, during=signal_when_ready(tmp_path / "ready", sig, delay=0.2,
+                                                    then_kill_after=1.5))
+    assert r.rc == -signal.SIGKILL, r.describe()
+    assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is False
+    assert "work" in frame_names(report_json(tmp_path, tmp_path / "prof.dcprof"))
