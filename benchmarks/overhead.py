@@ -19,14 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
+import workloads
 
 import deepcontext
-import workloads
 
 
 @dataclass
@@ -126,9 +126,12 @@ def run_mode(mode: Mode, step: Callable[[], None], steps: int, warmup: int, devi
     return run
 
 
-def benchmark(names: list[str], phases: list[list[Mode]], args: argparse.Namespace, tmp: Path) -> dict:
+def benchmark(names: list[str], phases: list[list[Mode]], args: argparse.Namespace, tmp: Path,
+              before_torch_phase: Callable[[], None]) -> dict:
     """A pristine unprofiled pass (see README), then per phase and workload, round-robin
-    repeats of the phase's modes. Runs of the same mode in several phases are pooled."""
+    repeats of the phase's modes. Runs of the same mode in several phases are pooled.
+    ``before_torch_phase`` runs once, before a phase of torch runs alone (``--torch-last``),
+    else at the end."""
     steps = {name: workloads.build(name, args.device) for name in names}
     runs: dict[str, dict[str, list[Run]]] = {name: {} for name in names}
     for name in names:  # before any deepcontext session installs its (then idle) op hook
@@ -136,6 +139,8 @@ def benchmark(names: list[str], phases: list[list[Mode]], args: argparse.Namespa
             runs[name].setdefault("off (pristine)", []).append(
                 run_mode(Mode("off"), steps[name], args.steps, args.warmup, args.device, tmp))
     for modes in phases:
+        if len(phases) > 1 and Mode("torch") in modes:
+            before_torch_phase()
         for name in names:
             for r in range(args.repeats):
                 for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # rotate: no order bias
@@ -146,6 +151,8 @@ def benchmark(names: list[str], phases: list[list[Mode]], args: argparse.Namespa
                           file=sys.stderr, flush=True)
                     for note in run.notes:
                         print(f"    note: {note}", file=sys.stderr)
+    if len(phases) == 1:
+        before_torch_phase()
     return runs
 
 
@@ -191,19 +198,22 @@ def mib(n: float) -> str:
 
 
 def machine() -> list[str]:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor())
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                   platform.processor())
     lines = [f"nproc: {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))}), CPU: {cpu}",
-             f"python {platform.python_version()}, torch {torch.__version__} "
-             f"(threads {torch.get_num_threads()}), deepcontext {deepcontext.__version__}"]
+             (f"python {platform.python_version()}, torch {torch.__version__} "
+              f"(threads {torch.get_num_threads()}), deepcontext {deepcontext.__version__}")]
     if torch.cuda.is_available():
         lines.append(f"GPU: {torch.cuda.get_device_name()}")
     try:  # which capture code was measured: the checkout's commit, and whether it had local edits
         git = ["git", "-C", str(Path(__file__).resolve().parent)]
-        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=False).stdout.strip()
         dirty = subprocess.run([*git, "status", "--porcelain", "--", "../src", "../csrc"],
-                               capture_output=True, text=True).stdout.strip()
-        lines.append(f"commit {head}" + (" with uncommitted edits in src/ or csrc/" if dirty else ""))
+                               capture_output=True, text=True, check=False).stdout.strip()
+        if head:
+            lines.append(f"commit {head}" + (" with uncommitted edits in src/ or csrc/" if dirty else ""))
     except OSError:
         pass
     return lines
@@ -213,10 +223,10 @@ def markdown(rows: list[dict], growth_rows: list[dict], args: argparse.Namespace
     out = [f"# DeepContext overhead, {args.device}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
            f"Command: `{args.command}`", ""]
     out += [f"- {line}" for line in machine()]
-    out += [f"- {args.steps} timed steps after {args.warmup} warm-up steps per run, "
-            f"{args.repeats} round-robin repeats; medians.", "",
-            "| workload | mode | wall ms/step | wall x off | range | CPU ms/step | CPU x off "
-            "| CPU x pristine | profile/trace | extra RSS |",
+    out += [(f"- {args.steps} timed steps after {args.warmup} warm-up steps per run, "
+             f"{args.repeats} round-robin repeats; medians."), "",
+            ("| workload | mode | wall ms/step | wall x off | range | CPU ms/step | CPU x off "
+             "| CPU x pristine | profile/trace | extra RSS |"),
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         size = mib(r["size"]) if r["size"] else "-"
@@ -268,7 +278,8 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     names = args.workloads.split(",") if args.workloads else workloads.DEFAULTS[kind]
-    unknown = [n for n in names if n not in workloads.WORKLOADS]
+    growth_name = args.growth or {"cpu": "mlp", "cuda": "gpt"}[kind]
+    unknown = [n for n in [*names, growth_name] if n not in [*workloads.WORKLOADS, "none"]]
     if unknown:
         p.error(f"unknown workload {unknown[0]!r}")
     dc_modes = [Mode.parse_dc(s) for s in (args.dc or ["python,op,gpu" if kind == "cuda" else "python,op"])]
@@ -278,11 +289,14 @@ def main() -> int:
     else:
         phases = [modes]
     with tempfile.TemporaryDirectory(prefix="dc-bench-") as tmpdir:
-        runs = benchmark(names, phases, args, Path(tmpdir))
-        rows = summarize(runs)
-        growth_name = args.growth or {"cpu": "mlp", "cuda": "gpt"}[kind]
         counts = [int(c) for c in args.growth_steps.split(",")]
-        growth_rows = [] if growth_name == "none" else growth(growth_name, dc_modes[0], counts, args, Path(tmpdir))
+        growth_rows: list[dict] = []
+
+        def run_growth() -> None:  # before any torch.profiler run when --torch-last (CUPTI)
+            if growth_name != "none":
+                growth_rows.extend(growth(growth_name, dc_modes[0], counts, args, Path(tmpdir)))
+        runs = benchmark(names, phases, args, Path(tmpdir), run_growth)
+        rows = summarize(runs)
     text = markdown(rows, growth_rows, args)
     print(text)
     if args.markdown:

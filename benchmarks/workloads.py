@@ -4,7 +4,7 @@ that runs one training step. Same code on every device; only the sizes differ (`
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -14,17 +14,17 @@ Step = Callable[[], None]
 
 # Sizes per device: CPU sizes give ~5-50 ms steps on 2 cores, CUDA sizes are the H200 targets.
 SIZES = {
-    "mlp":         {"cpu": dict(batch=64, width=512, depth=4), "cuda": dict(batch=512, width=4096, depth=4)},
-    "cnn":         {"cpu": dict(batch=16, image=32), "cuda": dict(batch=256, image=64)},
-    "transformer": {"cpu": dict(batch=8, seq=64, d=128, layers=1), "cuda": dict(batch=32, seq=256, d=512, layers=1)},
-    "preprocess":  {"cpu": dict(items=800, dim=32), "cuda": dict(items=800, dim=32)},
-    "resnet50":    {"cpu": dict(batch=2, image=64), "cuda": dict(batch=64, image=224)},
-    "gpt":         {"cpu": dict(batch=2, seq=64, d=128, layers=2, vocab=1024),
-                    "cuda": dict(batch=16, seq=256, d=512, layers=6, vocab=8192)},
-    "tiny_mlp":    {"cpu": dict(batch=32, width=64, depth=24), "cuda": dict(batch=32, width=64, depth=24)},
-    "unet":        {"cpu": dict(batch=2, image=64, base=16), "cuda": dict(batch=16, image=256, base=32)},
-    "gnn":         {"cpu": dict(nodes=2000, edges=20000, dim=32, layers=3),
-                    "cuda": dict(nodes=100_000, edges=1_000_000, dim=128, layers=3)},
+    "mlp":         {"cpu": {"batch": 64, "width": 512, "depth": 4}, "cuda": {"batch": 512, "width": 4096, "depth": 4}},
+    "cnn":         {"cpu": {"batch": 16, "image": 32}, "cuda": {"batch": 256, "image": 64}},
+    "transformer": {"cpu": {"batch": 8, "seq": 64, "d": 128, "layers": 1}, "cuda": {"batch": 32, "seq": 256, "d": 512, "layers": 1}},
+    "preprocess":  {"cpu": {"items": 800, "dim": 32}, "cuda": {"items": 800, "dim": 32}},
+    "resnet50":    {"cpu": {"batch": 2, "image": 64}, "cuda": {"batch": 64, "image": 224}},
+    "gpt":         {"cpu": {"batch": 2, "seq": 64, "d": 128, "layers": 2, "vocab": 1024},
+                    "cuda": {"batch": 16, "seq": 256, "d": 512, "layers": 6, "vocab": 8192}},
+    "tiny_mlp":    {"cpu": {"batch": 32, "width": 64, "depth": 24}, "cuda": {"batch": 32, "width": 64, "depth": 24}},
+    "unet":        {"cpu": {"batch": 2, "image": 64, "base": 16}, "cuda": {"batch": 16, "image": 256, "base": 32}},
+    "gnn":         {"cpu": {"nodes": 2000, "edges": 20000, "dim": 32, "layers": 3},
+                    "cuda": {"nodes": 100_000, "edges": 1_000_000, "dim": 128, "layers": 3}},
 }
 DEFAULTS = {"cpu": ["mlp", "cnn", "transformer", "preprocess"],
             "cuda": ["resnet50", "gpt", "tiny_mlp", "unet", "gnn"]}
