@@ -179,3 +179,34 @@ def test_python_flags_that_would_skip_profiling_are_refused_up_front(tmp_path, f
     assert_one_line_error(r)
     assert "skips the bootstrap" in r.err
     assert not marker.exists() and not (tmp_path / "prof.dcprof").exists()
+
+
+@pytest.mark.parametrize("ending", ["normal", "sigterm"])
+def test_program_that_closes_all_descriptors_runs_on_undisturbed(tmp_path, ending):
+    # Daemonizing code closes every descriptor it did not open (ours included), then opens its
+    # own files on the freed numbers: no traceback, no stray byte in its files, one warning.
+    body = """
+work(0.1)
+os.closerange(3, 4096)
+files = [open(f"user{i}.txt", "w") for i in range(4)]
+work(0.2)
+time.sleep(0.3)  # flushes (and their failures) happen meanwhile
+for f in files:
+    f.write("user data\\n")
+    f.flush()
+ready()
+if sys.argv[2] == "sigterm":
+    time.sleep(30)
+"""
+    sig = signal.SIGTERM if ending == "sigterm" else None
+    during = None
+    if sig is not None:
+        from reliability_harness import signal_when_ready
+        during = signal_when_ready(tmp_path / "ready", sig, delay=0.1)
+    r = record(tmp_path, program(body), flush=0.05, program_args=[str(tmp_path / "ready"), ending],
+               during=during)
+    assert r.rc == (-signal.SIGTERM if sig else 0), r.describe()
+    assert "Traceback" not in r.err and "Exception" not in r.err, r.describe()
+    assert len([x for x in r.err.splitlines() if x.startswith("deepcontext:")]) <= 1, r.describe()
+    for i in range(4):
+        assert (tmp_path / f"user{i}.txt").read_text() == "user data\n"

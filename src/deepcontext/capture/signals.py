@@ -12,6 +12,7 @@ that C call has released the GIL.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import signal
@@ -39,6 +40,8 @@ class SigtermBridge:
         self._handler: Callable[[int, Any], None] | None = None
         self._wakeup: tuple[int, int] | None = None  # (read, write) ends of the wakeup pipe
         self._claim = threading.Lock()  # whoever holds it is ending the process
+        self._poll: Any = None
+        self._lost = False  # the program closed our pipe (daemonizing): never touch its fds
 
     # -- main thread ------------------------------------------------------------------------
     def install(self) -> None:
@@ -64,8 +67,10 @@ class SigtermBridge:
             previous = signal.set_wakeup_fd(-1)
             if previous != self._wakeup[1]:  # someone (asyncio) took it over: keep theirs
                 signal.set_wakeup_fd(previous)
-            for fd in self._wakeup:
-                os.close(fd)
+            if not self._lost:
+                for fd in self._wakeup:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
             self._wakeup = None
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -85,7 +90,7 @@ class SigtermBridge:
         self._end(in_main_thread=True)
 
     def _install_wakeup_pipe(self) -> None:
-        r, w = os.pipe()
+        r, w = (_out_of_the_way(fd) for fd in os.pipe())
         os.set_blocking(w, False)
         try:
             previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
@@ -98,6 +103,8 @@ class SigtermBridge:
             os.close(w)
             return
         self._wakeup = (r, w)
+        self._poll = select.poll()
+        self._poll.register(r, select.POLLIN)
 
     # -- any thread -------------------------------------------------------------------------
     def _end(self, in_main_thread: bool) -> None:
@@ -118,15 +125,20 @@ class SigtermBridge:
     # -- flusher thread ---------------------------------------------------------------------
     def wait(self, timeout: float, stop: threading.Event) -> None:
         """Sleep up to ``timeout``; act on SIGTERM/SIGINT delivered meanwhile."""
-        if self._wakeup is None:
+        if self._wakeup is None or self._lost:
             stop.wait(timeout)
             return
-        ready, _, _ = select.select([self._wakeup[0]], [], [], timeout)
-        if not ready or stop.is_set():
+        events = self._poll.poll(timeout * 1000)
+        if not events or stop.is_set():
             return
         try:
+            if events[0][1] & (select.POLLNVAL | select.POLLERR | select.POLLHUP):
+                raise OSError("wakeup pipe closed")
             signals = os.read(self._wakeup[0], 512)
         except OSError:
+            # The program closed every descriptor (daemonizing): take our numbers back if they
+            # are still free, else fall back to the Python handler alone.
+            self._lost = not self._reclaim_pipe()
             return
         if signal.SIGTERM in signals:
             ours = self._handler is not None and signal.getsignal(signal.SIGTERM) == self._handler
@@ -136,6 +148,24 @@ class SigtermBridge:
                 self._snapshot()  # the program's handler decides; save meanwhile
         elif signal.SIGINT in signals:
             self._snapshot()
+
+    def _reclaim_pipe(self) -> bool:
+        assert self._wakeup is not None
+        for fd in self._wakeup:
+            try:
+                os.fstat(fd)
+                return False  # the number is someone else's now: never touch it
+            except OSError:
+                pass
+        r, w = os.pipe()
+        os.dup2(r, self._wakeup[0], inheritable=False)
+        os.dup2(w, self._wakeup[1], inheritable=False)
+        os.close(r)
+        os.close(w)
+        os.set_blocking(self._wakeup[1], False)
+        self._poll = select.poll()
+        self._poll.register(self._wakeup[0], select.POLLIN)
+        return True
 
     # -- forked child -----------------------------------------------------------------------
     def forget_in_child(self) -> None:
@@ -150,6 +180,23 @@ class SigtermBridge:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._wakeup = None
+
+
+def _out_of_the_way(fd: int) -> int:
+    """Move ``fd`` to a high number: a program that closes descriptors it does not know and
+    opens new files then gets low numbers, never ours, so no signal byte lands in its files."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        base = 900 if soft == resource.RLIM_INFINITY else min(900, soft - 64)
+        if base <= fd:
+            return fd
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base)
+    except (OSError, ValueError, ImportError):
+        return fd
+    os.close(fd)
+    return high
 
 
 def die_by_default_action(signum: int) -> None:
