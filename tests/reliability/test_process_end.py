@@ -8,7 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_harness import frame_names, profile_meta, record, report_json, signal_when_ready
+from reliability_harness import (
+    CLI,
+    frame_names,
+    profile_meta,
+    record,
+    report_json,
+    run_child,
+    signal_when_ready,
+)
 from reliability_programs import program
 
 
@@ -122,6 +130,8 @@ def test_sigkill_keeps_last_periodic_flush(tmp_path):
                         during=signal_when_ready(tmp_path / "ready", signal.SIGKILL))
     assert r.rc == -signal.SIGKILL, r.describe()
     _assert_profile(tmp_path, prof, r, complete=False)
+    text = run_child([*CLI, "report", str(prof)], cwd=tmp_path)
+    assert text.rc == 0 and "incomplete" in text.out, text.describe()  # said, not hidden
 
 
 def test_sigkill_in_the_middle_of_flushes_never_leaves_an_unreadable_file(tmp_path):
