@@ -179,3 +179,17 @@ def test_ctrl_c_twice_ends_without_hang_and_leaves_a_readable_profile(tmp_path):
     meta = profile_meta(prof, r)  # complete if the second Ctrl-C came after the final write
     report_json(tmp_path, prof)
     assert isinstance(meta["complete"], bool)
+
+
+def test_program_that_execs_itself_keeps_last_flush_and_new_image_is_not_profiled(tmp_path):
+    body = """
+if sys.argv[1] != "again":
+    work()
+    wait_for_flush()
+    os.execv(sys.executable, [sys.executable, __file__, "again"])
+print("new image profiled:", "DEEPCONTEXT_RECORD" in os.environ, flush=True)
+sys.exit(6)
+"""
+    r, prof = _recorded(tmp_path, body)
+    assert r.rc == 6 and "new image profiled: False" in r.out, r.describe()
+    _assert_profile(tmp_path, prof, r, complete=False)
