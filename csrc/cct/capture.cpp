@@ -31,6 +31,9 @@ using namespace detail;
 namespace {
 
 OpObserver g_observer = nullptr;
+// Bumped at every start(): operators left open when a session stopped (their exits were never
+// reported once the hook was disabled) must not become the parents of the next session's ops.
+std::atomic<uint32_t> g_epoch{0};
 std::mutex g_notes_mu;
 auto& g_notes = *new std::vector<std::string>();  // never destroyed (threads outlive exit)
 
@@ -92,6 +95,7 @@ void start(const Options& opts) {
   m_op_time = t.metric_id("op.time");
   m_op_count = t.metric_id("op.count");
   g_opts = opts;
+  g_epoch.fetch_add(1);
   if (g_seq == nullptr) g_seq = new SeqSlot[kSeqSlots]();
   if (opts.native) {
     native::init();
@@ -142,6 +146,12 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;
   ThreadState* s = this_thread();
   int d = s->depth.load(std::memory_order_relaxed);
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (d > 0 && s->ops[d - 1].epoch != epoch) {
+    d = 0;
+    s->overflow = 0;
+    s->depth.store(0, std::memory_order_release);
+  }
   if (d >= kMaxOpDepth) {
     ++s->overflow;
     return;
@@ -201,6 +211,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.native_cut = cut;
+  e.epoch = epoch;
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;
   e.t0_ns = now_ns();

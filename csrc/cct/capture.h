@@ -29,6 +29,7 @@ struct OpEntry {
   int64_t t0_ns;
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
   int native_cut;        // outermost-first native depth of its call frame (-1: none)
+  uint32_t epoch;        // session that opened it (see start())
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
 };

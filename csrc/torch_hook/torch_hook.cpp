@@ -11,6 +11,7 @@ namespace {
 
 const dc_api* g_api = nullptr;
 bool g_installed = false;
+at::CallbackHandle g_handle = 0;
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (g_api->enabled()) {
@@ -29,15 +30,18 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   g_api->op_exit(fn.handle(), consumed);
 }
 
-// Installed once per process and never removed: removing a global callback is only safe when
-// no other code runs, which a profiler cannot promise. Disabled, it costs one indirect call.
+// Installed once per process and never removed (removing a global callback is only safe when no
+// other code runs); between sessions it is disabled, so unprofiled code pays nothing for it.
 void install(py::capsule capsule) {
-  if (g_installed) return;
+  if (g_installed) {
+    at::reenableCallback(g_handle);
+    return;
+  }
   auto* api = static_cast<const dc_api*>(capsule.get_pointer());
   if (api == nullptr || api->version != DC_API_VERSION)
     throw std::runtime_error("deepcontext core and torch hook disagree on the C API version");
   g_api = api;
-  at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
+  g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
                             .needsInputs(false)
                             .needsOutputs(false)
                             .needsIds(true)
@@ -49,7 +53,12 @@ void install(py::capsule capsule) {
 
 }  // namespace
 
+void uninstall() {
+  if (g_installed) at::disableCallback(g_handle);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("install", &install, "Install the global RecordFunction callback.");
+  m.def("install", &install, "Install (or re-enable) the global RecordFunction callback.");
+  m.def("uninstall", &uninstall, "Disable the callback until the next install().");
   m.attr("api_version") = DC_API_VERSION;
 }

@@ -35,3 +35,8 @@ def test_api_misuse_is_a_clear_error():
 
     with pytest.raises(deepcontext.DeepContextError, match="without deepcontext.start"):
         deepcontext.stop()
+
+
+def test_second_session_holds_only_its_own_contexts(tmp_path):
+    # first() ran in session 1 and between the sessions; session 2's profile has only second()
+    assert run("api_two_sessions.py", str(tmp_path / "p")) == "True False True 7 record_function"

@@ -34,9 +34,20 @@ def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
     nodes, frames, metric_names, metrics = raw
     made = [Frame.make(kind, name, file, line, **_parse_extra(extra))
             for kind, name, file, line, extra in frames]
+    # The native tree outlives sessions (node ids stay valid for the hooks); a profile keeps only
+    # the contexts that carry a metric in this session.
+    alive = [False] * len(nodes)
+    for node, _, value in metrics:
+        if value:
+            alive[node] = True
+    for i in range(len(nodes) - 1, 0, -1):
+        if alive[i]:
+            alive[nodes[i][0]] = True
     tree = CallingContextTree(metadata)
     mapped = [0] * len(nodes)
     for i in range(1, len(nodes)):
+        if not alive[i]:
+            continue
         parent, fid = nodes[i]
         frame = made[fid]
         p = mapped[parent]

@@ -108,6 +108,16 @@ class _DispatchTier:
 _compiled: Any = None
 
 
+class _CompiledTier:
+    """Handle of the compiled tier: closing disables the callback until the next session."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def close(self) -> None:
+        self.module.uninstall()
+
+
 def enable(torch: Any, say: Callable[[str], None]) -> tuple[str, Any]:
     """Turn the operator layer on; returns (tier name, handle to close or None)."""
     global _compiled
@@ -115,8 +125,8 @@ def enable(torch: Any, say: Callable[[str], None]) -> tuple[str, Any]:
         try:
             if _compiled is None:
                 _compiled = load_compiled_hook(torch, say)
-                _compiled.install(core.c_api)
-            return "record_function", None
+            _compiled.install(core.c_api)
+            return "record_function", _CompiledTier(_compiled)
         except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
             reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             say(f"deepcontext: could not build the PyTorch operator hook ({reason[:200]}); "
