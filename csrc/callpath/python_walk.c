@@ -105,6 +105,7 @@ int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
     out[n].offset = off;
     out[n].firstlineno = code->co_firstlineno;
     out[n].filename = code->co_filename;
+    out[n].name = code->co_name;
 #if PY_VERSION_HEX >= 0x030C0000
     /* The eval loop pushes a shim frame before the first frame it runs (gh-96421). */
     out[n].entry = f->previous == NULL || f->previous->owner == FRAME_OWNED_BY_CSTACK;
@@ -122,6 +123,7 @@ int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
       out[n].offset = f->f_lasti < 0 ? 0 : f->f_lasti * (int32_t)sizeof(_Py_CODEUNIT);
       out[n].firstlineno = code->co_firstlineno;
       out[n].filename = code->co_filename;
+      out[n].name = code->co_name;
       out[n].entry = 1; /* <= 3.10: one eval-loop call per frame */
       ++n;
     }

@@ -12,6 +12,7 @@ typedef struct dc_raw_frame {
   int32_t offset;     // bytecode offset in bytes, for PyCode_Addr2Line
   int32_t firstlineno;     // fingerprint: checked before a late resolution trusts `code`
   const void* filename;    // fingerprint: the code's co_filename object
+  const void* name;        // fingerprint: the code's co_name object (generated code shares files)
   // 1 when this is the first Python frame run by its own C-level call of the eval loop (one
   // `_PyEval_EvalFrameDefault` native frame per run of frames ending at an entry frame): 3.10
   // every frame; 3.11 `is_entry`; 3.12-3.13 the frame after a shim (FRAME_OWNED_BY_CSTACK).

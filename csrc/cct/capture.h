@@ -15,7 +15,7 @@ namespace dc {
 
 constexpr int kMaxPyDepth = 256;  // deeper stacks keep their innermost frames under <truncated>
 constexpr int kMaxOpDepth = 128;
-constexpr int kRing = 16;         // samples buffered per thread between drains
+constexpr int kRing = 64;         // samples buffered per thread between drains (lazily paged in)
 constexpr int kMaxNew = 48;       // frames a sample can describe (first sightings)
 
 struct OpEntry {

@@ -23,7 +23,7 @@ uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_f
     const dc_raw_frame& a = buf[n - 1 - common];
     const dc_raw_frame& b = s->cache_frame[common];
     if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
-        a.firstlineno != b.firstlineno)
+        a.firstlineno != b.firstlineno || a.name != b.name)
       break;
     ++common;
   }

@@ -42,6 +42,7 @@ void remember_key(uint64_t key) {
 uint64_t python_key(const dc_raw_frame& f) {
   uint64_t h = mix(reinterpret_cast<uint64_t>(f.code) ^ (static_cast<uint64_t>(f.offset) << 40));
   h = mix(h ^ reinterpret_cast<uint64_t>(f.filename) ^ static_cast<uint64_t>(f.firstlineno) << 20);
+  h = mix(h ^ reinterpret_cast<uint64_t>(f.name));
   return h ? h : 1;  // 0 marks an empty slot
 }
 
