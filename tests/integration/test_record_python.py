@@ -64,3 +64,18 @@ def test_missing_script_is_refused_before_running(tmp_path):
 
 def test_programs_dir_exists():
     assert (PROGRAMS / "hot_loop.py").is_file()
+
+
+def test_console_script_entry_point(tmp_path):
+    """A console script (an executable with a Python shebang) is profiled like `python x.py`."""
+    script = tmp_path / "train-entry"
+    script.write_text(f"#!{sys.executable}\nimport sys\n\ndef main():\n    print('entry', sys.argv[1:])\n\n"
+                      "main()\n")
+    script.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "record", "--", str(script), "--epochs",
+                           "1"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "entry ['--epochs', '1']\n"
+    tree = loaded(tmp_path / "train-entry.dcprof")
+    assert tree.metadata["complete"] is True
+    assert tree.metadata["command"] == [str(script), "--epochs", "1"]
