@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import DeepContextError
 
@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
         raise DeepContextError(f"{message} (see: {self.prog} --help)")
 
 
-def _load(name: str):  # noqa: ANN202
+def _load(name: str):
     return importlib.import_module(f"deepcontext.cli.{SUBCOMMANDS[name]}")
 
 
