@@ -38,8 +38,9 @@ def test_live_generated_functions_each_get_their_own_frame(tmp_path):
     assert _names(tmp_path, "keep") == {f"generated_{i}" for i in range(8)}
 
 
-@pytest.mark.xfail(strict=True, reason="capture core (csrc) caches frame identity by code object "
-                   "address; a freed code object's address is reused by the next one, which is "
-                   "then reported under the stale name (all show as generated_0)")
+@pytest.mark.xfail(strict=True, reason="capture core (csrc/cct/tree.cpp python_key) identifies "
+                   "a Python frame by the addresses of its code, filename and name objects; once "
+                   "freed, the next generated function reuses those addresses and is reported "
+                   "under the stale, already-described name")
 def test_freed_generated_functions_each_get_their_own_frame(tmp_path):
     assert _names(tmp_path, "drop") == {f"generated_{i}" for i in range(8)}
