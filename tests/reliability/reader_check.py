@@ -2,7 +2,8 @@
 one process (fast), and reports every outcome that is neither a correct result nor a one-line
 ``deepcontext: error:``. Run as ``python reader_check.py MODE ...``; prints a JSON summary.
 
-Modes: ``files PATH...`` | ``truncations PROFILE`` | ``fuzz PROFILE SECONDS``.
+Modes: ``files PATH...`` | ``truncations PROFILE`` | ``fuzz PROFILE SECONDS`` (damaged
+bytes) | ``cells PROFILE SECONDS`` (valid SQLite, hostile values in the profile's cells).
 """
 
 from __future__ import annotations
@@ -162,6 +163,64 @@ def mode_fuzz(profile: Path, seconds: float, workdir: Path) -> dict:
     return {"cases": count[0], "problems": found[:10]}
 
 
+COLUMNS = {"meta": ["key", "value"], "frames": ["id", "kind", "name", "file", "line", "extra"],
+           "nodes": ["id", "parent", "frame"], "metrics": ["node", "metric", "value"],
+           "metric_defs": ["name", "unit", "description"]}
+
+
+def mode_cells(profile: Path, seconds: float, workdir: Path) -> dict:
+    """Structure-aware fuzzing: valid SQLite, hostile values in the profile's own cells."""
+    import shutil
+    import sqlite3
+
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    deadline = time.monotonic() + seconds
+    found: list[str] = []
+    count = [0]
+    values = st.one_of(
+        st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
+        st.floats(allow_nan=False), st.binary(max_size=64),
+        st.text(st.characters(exclude_categories=["Cs"]), max_size=64),
+        st.sampled_from(["", "null", "[]", "{}", "true", "1e999", '"x"', "[1, 2]", "{\"a\": []}",
+                         "python", "op", "kernel", "root", "cpu.time", "-1", "0", "1"]),
+    )
+    edit = st.tuples(st.sampled_from(sorted(COLUMNS)), st.integers(0, 5), st.integers(0, 200),
+                     values)
+
+    @settings(max_examples=int(os.environ.get("DC_FUZZ_EXAMPLES", "800")), deadline=None,
+              derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(edit, min_size=1, max_size=6))
+    def fuzz(edits):
+        if time.monotonic() > deadline or len(found) >= 10:
+            return
+        count[0] += 1
+        case = workdir / "cells.dcprof"
+        shutil.copyfile(profile, case)
+        db = sqlite3.connect(case)
+        applied = []
+        for table, col, row, value in edits:
+            column = COLUMNS[table][col % len(COLUMNS[table])]
+            try:
+                db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = (SELECT rowid FROM "
+                           f"{table} LIMIT 1 OFFSET ? % MAX(1, (SELECT COUNT(*) FROM {table})))",
+                           (value, row))
+                applied.append((table, column, row, value))
+            except sqlite3.Error:
+                pass  # a constraint said no: not a case
+        db.commit()
+        db.close()
+        for argv in reader_commands(str(case), workdir, thorough=False):
+            problem = run_one(argv)
+            if problem:
+                found.append(f"{problem}\n  edits: {applied!r}"[:3000])
+
+    fuzz()
+    return {"cases": count[0], "problems": found[:10]}
+
+
 def main_child() -> None:
     faulthandler.enable()
     faulthandler.dump_traceback_later(float(os.environ.get("DC_HANG_AFTER", "240")), exit=True)
@@ -175,6 +234,8 @@ def main_child() -> None:
             result = mode_files(args, workdir)
         elif mode == "truncations":
             result = mode_truncations(Path(args[0]), workdir)
+        elif mode == "cells":
+            result = mode_cells(Path(args[0]), float(args[1]), workdir)
         elif mode == "fuzz":
             result = mode_fuzz(Path(args[0]), float(args[1]), workdir)
         else:

@@ -208,6 +208,13 @@ def test_fuzz_reader_with_hypothesis(tmp_path, real_profile):
     assert result["problems"] == [], "\n\n".join(result["problems"])
 
 
+def test_fuzz_profile_cells_with_hypothesis(tmp_path, real_profile):
+    # Valid SQLite, hostile values (types, sizes, JSON, unicode) in the profile's own cells.
+    result = run_checker(tmp_path, "cells", str(real_profile), "15", timeout=200)
+    assert result["cases"] > 200
+    assert result["problems"] == [], "\n\n".join(result["problems"])
+
+
 def test_no_pickle_or_marshal_in_the_package():
     deserializers = re.compile(
         r"\b(?:import\s+(?:pickle|cPickle|marshal|shelve|dill|cloudpickle)\b"
