@@ -203,14 +203,14 @@ def test_truncated_profile_is_reported_as_truncated(tmp_path, real_profile):
 
 
 def test_fuzz_reader_with_hypothesis(tmp_path, real_profile):
-    result = run_checker(tmp_path, "fuzz", str(real_profile), "25", timeout=200)
+    result = run_checker(tmp_path, "fuzz", str(real_profile), "18", timeout=200)
     assert result["cases"] > 200
     assert result["problems"] == [], "\n\n".join(result["problems"])
 
 
 def test_fuzz_profile_cells_with_hypothesis(tmp_path, real_profile):
     # Valid SQLite, hostile values (types, sizes, JSON, unicode) in the profile's own cells.
-    result = run_checker(tmp_path, "cells", str(real_profile), "15", timeout=200)
+    result = run_checker(tmp_path, "cells", str(real_profile), "12", timeout=200)
     assert result["cases"] > 200
     assert result["problems"] == [], "\n\n".join(result["problems"])
 
