@@ -155,3 +155,15 @@ save(tree, "lit.dcprof")
     for name in HOSTILE.values():
         assert name + "<<<grid>>>" in names and "aten::" + name in names
     assert LONG_NAME in names  # JSON is exact, whatever the length
+
+
+def test_error_messages_quoting_hostile_file_names_stay_one_inert_line(tmp_path):
+    from reliability_harness import assert_one_line_error
+
+    for name in ("missing\x1b[2J\nname.dcprof", "bad\x1b]0;x\x07\u202e.dcprof"):
+        path = tmp_path / name
+        if "bad" in name:
+            path.write_bytes(b"not a profile\n")
+        r = run_child([*CLI, "report", str(path)], cwd=tmp_path)
+        assert_one_line_error(r)
+        _assert_inert(r.err)

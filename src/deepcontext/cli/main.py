@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import DeepContextError
+from ..render._safe import printable
 
 #: subcommand -> module (each defines HELP, add_arguments(parser) and run(args) -> int)
 SUBCOMMANDS = {
@@ -71,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
         return int(args._module.run(args) or 0)
     except DeepContextError as e:
-        print(f"deepcontext: error: {e}", file=sys.stderr)
+        # One line, inert: messages quote file names, which may hold newlines or escapes.
+        print(f"deepcontext: error: {printable(str(e), 2000)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("deepcontext: interrupted", file=sys.stderr)
