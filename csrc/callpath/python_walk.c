@@ -3,12 +3,50 @@
  * CPython layout; compiled as C because the internal headers are not C++-clean. */
 #define Py_BUILD_CORE_MODULE 1
 #include <Python.h>
+#include <stdio.h>
 #if PY_VERSION_HEX >= 0x030B0000
 #include <internal/pycore_frame.h>
 #else
 #include <frameobject.h>
 #endif
 #include "python_walk.h"
+
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* In a signal handler a pointer may be stale (see plausible() below); process_vm_readv copies
+ * from our own address space and fails with EFAULT instead of faulting. One system call per
+ * probe (~0.5 us), used only on the sampler's path. */
+static int g_probe_usable = 1; /* 0 where seccomp forbids the call (e.g. Docker's default) */
+
+static int readable(const void* p, size_t n) {
+  char scratch[512];
+  static pid_t self = 0;
+  if (!g_probe_usable) return 1; /* fall back to plausible() alone */
+  if (self == 0) self = getpid();
+  while (n > 0) {
+    size_t k = n < sizeof(scratch) ? n : sizeof(scratch);
+    struct iovec local = {scratch, k};
+    struct iovec remote = {(void*)p, k};
+    if (process_vm_readv(self, &local, 1, &remote, 1, 0) != (ssize_t)k) {
+      if (errno == EPERM || errno == ENOSYS) {
+        g_probe_usable = 0;
+        return 1;
+      }
+      return 0;
+    }
+    p = (const char*)p + k;
+    n -= k;
+  }
+  return 1;
+}
+
+static int readable_str(PyObject* s) {
+  if (s == NULL || !readable(s, sizeof(PyASCIIObject))) return 0;
+  if (!PyUnicode_Check(s)) return 1; /* utf8_of ignores it */
+  return readable(PyUnicode_DATA(s), (size_t)PyUnicode_GET_LENGTH(s) * PyUnicode_KIND(s) + 1);
+}
 
 /* UTF-8 of a str object by reading its canonical representation (no cached UTF-8 buffer is
  * created, which would need the GIL). Lone surrogates become U+FFFD. */
@@ -37,6 +75,24 @@ static void utf8_of(PyObject* s, char* out, int cap) {
     }
   }
   out[n] = '\0';
+}
+
+int dc_describe_code_checked(void* code_v, int32_t offset, char* file, int file_cap, char* name,
+                             int name_cap) {
+  PyCodeObject* code = (PyCodeObject*)code_v;
+  PyObject* table = (PyObject*)code->co_linetable;
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* qual = code->co_qualname;
+#else
+  PyObject* qual = code->co_name;
+#endif
+  if (!readable_str(code->co_filename) || !readable_str(qual) || table == NULL ||
+      !readable(table, sizeof(PyVarObject)) || !readable(table, sizeof(PyBytesObject) + Py_SIZE(table))) {
+    file[0] = '\0';
+    snprintf(name, (size_t)name_cap, "<unreadable code object>");
+    return 0;
+  }
+  return dc_describe_code(code_v, offset, file, file_cap, name, name_cap);
 }
 
 int dc_describe_code(void* code_v, int32_t offset, char* file, int file_cap, char* name,
@@ -69,7 +125,16 @@ static int plausible(const void* p) {
 
 void* dc_this_thread_state(void) { return (void*)PyGILState_GetThisThreadState(); }
 
-int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
+static int walk(void* tstate_v, dc_raw_frame* out, int max, int checked);
+
+int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) { return walk(tstate_v, out, max, 0); }
+
+int dc_walk_python_checked(void* tstate_v, dc_raw_frame* out, int max) {
+  return walk(tstate_v, out, max, 1);
+}
+
+/* checked: every frame and code object is probed with readable() before it is dereferenced. */
+static int walk(void* tstate_v, dc_raw_frame* out, int max, int checked) {
   PyThreadState* ts = (PyThreadState*)tstate_v;
   int n = 0;
   if (ts == NULL) return 0;
@@ -81,21 +146,23 @@ int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
   PyFrameObject* f = ts->frame;
 #endif
   while (f != NULL && n < max) {
-    if (!plausible(f)) break;
+    if (!plausible(f) || (checked && !readable(f, sizeof(*f)))) break;
 #if PY_VERSION_HEX >= 0x030B0000
 #if PY_VERSION_HEX >= 0x030C0000
     if (f->owner == FRAME_OWNED_BY_CSTACK) { f = f->previous; continue; }
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
     PyObject* exe = f->f_executable;
-    if (exe != NULL && !plausible(exe)) break;
+    if (exe != NULL && (!plausible(exe) || (checked && !readable(exe, sizeof(PyCodeObject))))) break;
     if (exe == NULL || Py_TYPE(exe) != &PyCode_Type) { f = f->previous; continue; }
     PyCodeObject* code = (PyCodeObject*)exe;
     if (_PyFrame_IsIncomplete(f)) { f = f->previous; continue; }
     int32_t off = (int32_t)((f->instr_ptr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #else
     PyCodeObject* code = f->f_code;
-    if (code != NULL && (!plausible(code) || Py_TYPE(code) != &PyCode_Type)) break;
+    if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
+                         Py_TYPE(code) != &PyCode_Type))
+      break;
     if (code == NULL || _PyFrame_IsIncomplete(f)) { f = f->previous; continue; }
     int32_t off = (int32_t)((f->prev_instr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #endif
@@ -116,7 +183,9 @@ int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
     f = f->previous;
 #else
     PyCodeObject* code = f->f_code;
-    if (code != NULL && (!plausible(code) || Py_TYPE(code) != &PyCode_Type)) break;
+    if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
+                         Py_TYPE(code) != &PyCode_Type))
+      break;
     if (code != NULL) {
       out[n].frame = f;
       out[n].code = code;

@@ -30,6 +30,13 @@ int dc_walk_python(void* tstate, dc_raw_frame* out, int max);
 int dc_describe_code(void* code, int32_t offset, char* file, int file_cap, char* name,
                      int name_cap);
 
+// The same for a signal handler, where the interrupted thread may be linking a frame: every
+// frame and code object is probed (process_vm_readv) before it is read, so a stale pointer ends
+// the walk instead of faulting. About 1 us per frame.
+int dc_walk_python_checked(void* tstate, dc_raw_frame* out, int max);
+int dc_describe_code_checked(void* code, int32_t offset, char* file, int file_cap, char* name,
+                             int name_cap);
+
 // The calling thread's PyThreadState, or NULL (no GIL needed).
 void* dc_this_thread_state(void);
 

@@ -50,13 +50,15 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
       }
       // skip 2: this handler and the kernel's signal trampoline.
       smp.n_ips = g_native_in_handler ? native::backtrace(smp.ips, kMaxNative, 2) : 0;
-      smp.n = g_opts.python ? dc_walk_python(dc_this_thread_state(), smp.frames, kMaxPyDepth) : 0;
+      smp.n = g_opts.python
+                  ? dc_walk_python_checked(dc_this_thread_state(), smp.frames, kMaxPyDepth)
+                  : 0;
       // Describe first sightings now, while their code objects are certainly alive.
       smp.n_new = 0;
       for (int i = 0; i < smp.n && smp.n_new < kMaxNew; ++i) {
         if (known_python_key(python_key(smp.frames[i]))) continue;
         CodeInfo& ci = smp.news[smp.n_new];
-        ci.line = dc_describe_code(smp.frames[i].code, smp.frames[i].offset, ci.file,
+        ci.line = dc_describe_code_checked(smp.frames[i].code, smp.frames[i].offset, ci.file,
                                    sizeof(ci.file), ci.name, sizeof(ci.name));
         smp.new_index[smp.n_new++] = i;
       }
