@@ -196,10 +196,41 @@ def test_thread_created_from_c_runs_unharmed(tmp_path):
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="capture/threads.py registers threads for the sampler "
-                   "through threading.setprofile only; a thread created in C (pthread_create) "
-                   "that runs Python is never registered, so its CPU time is not sampled")
 def test_thread_created_from_c_is_attributed(tmp_path):
+    # Registered by the flusher's periodic scan of the interpreter's thread states (3.11+).
     r = record(tmp_path, program(C_THREAD), program_args=["unused"])
     assert r.rc == 0, r.describe()
     assert "c_thread_body" in frame_names(report_json(tmp_path, tmp_path / "prof.dcprof"))
+
+
+def test_sigterm_to_the_whole_process_group_with_pool_workers(tmp_path):
+    # torchrun stops a job with SIGTERM to its process group: workers and parent at once.
+    import os
+    import signal
+
+    from reliability_harness import signal_when_ready
+
+    body = """
+import multiprocessing as mp
+def slow(x):
+    time.sleep(30)
+    return x
+if __name__ == "__main__":
+    work()
+    pool = mp.get_context("fork").Pool(2)
+    result = pool.map_async(slow, range(4))
+    time.sleep(0.3)
+    ready()
+    result.get(60)
+"""
+
+    def group_sigterm(proc):
+        signal_when_ready(tmp_path / "ready", 0)(proc)  # signal 0: just wait for ready
+        os.killpg(proc.pid, signal.SIGTERM)
+
+    r = record(tmp_path, program(body), program_args=[str(tmp_path / "ready")],
+               during=group_sigterm, timeout=60,
+               preexec_fn=os.setsid)  # its own group, as torchrun starts workers
+    assert r.rc == -signal.SIGTERM, r.describe()
+    assert _profiles(tmp_path) == ["prof.dcprof"]
+    assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True

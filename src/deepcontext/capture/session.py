@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import platform
+import signal
 import socket
 import sys
 import threading
@@ -18,7 +19,7 @@ from .. import monitor
 from ..errors import DeepContextError
 from ..tree.profile_file import ProfileWriter
 from .schedule import ACTIVE, WARMUP, Schedule
-from .signals import SigtermBridge, file_size_signal_deferred
+from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
 CONTEXT_LAYERS = ("python", "op", "native", "gpu")
 DEFAULT_CONTEXT = ("python", "op", "gpu")
@@ -259,6 +260,8 @@ def _forget_in_child() -> None:
     # signals must not reach the parent's flusher through the inherited wakeup pipe.
     global _active
     session = _active
+    if session is not None and session._signals.ending:
+        die_by_default_action(signal.SIGTERM)
     if session is not None:
         session._writer = None
         _active = None

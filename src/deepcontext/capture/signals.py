@@ -42,6 +42,10 @@ class SigtermBridge:
         self._claim = threading.Lock()  # whoever holds it is ending the process
         self._poll: Any = None
         self._lost = False  # the program closed our pipe (daemonizing): never touch its fds
+        #: Set while the final write before a SIGTERM death runs. Without us the program would
+        #: already be gone, so a process it forks meanwhile (a pool replacing its killed
+        #: workers) dies at once instead of outliving it.
+        self.ending = False
 
     # -- main thread ------------------------------------------------------------------------
     def install(self) -> None:
@@ -110,6 +114,7 @@ class SigtermBridge:
     def _end(self, in_main_thread: bool) -> None:
         """Write the complete profile, then die by SIGTERM as the program would have."""
         if self._claim.acquire(timeout=30):
+            self.ending = True
             self._finish(in_main_thread)
         elif not in_main_thread:
             return  # the main thread is ending the process itself
