@@ -107,6 +107,17 @@ NB_MODULE(_core, m) {
   m.def("register_other_thread", [](unsigned long ident, long native_id) {
         dc::register_thread(ident, static_cast<pid_t>(native_id));
       }, "ident"_a, "native_id"_a);
+  m.def("register_python_threads", [](long skip_native_id) {
+#if PY_VERSION_HEX >= 0x030B0000
+    // Threads started from C (PyGILState_Ensure) never pass threading's profile hook.
+    PyInterpreterState* interp = PyInterpreterState_Get();
+    for (PyThreadState* ts = PyInterpreterState_ThreadHead(interp); ts != nullptr;
+         ts = PyThreadState_Next(ts)) {
+      auto tid = static_cast<long>(ts->native_thread_id);
+      if (tid != skip_native_id) dc::register_thread_if_new(ts->thread_id, static_cast<pid_t>(tid));
+    }
+#endif
+  }, "skip_native_id"_a, "Sample every thread the interpreter knows (3.11+), but one.");
   m.def("op_enter", [](const std::string& name, int64_t seq_nr, bool is_backward, uint64_t fwd_tid,
                        uint64_t rf_tid) {
         uint64_t h = g_py_handles.fetch_add(1);

@@ -141,6 +141,10 @@ void register_thread(unsigned long pthread_id, pid_t tid) {
     arm_timer(s, c);
 }
 
+void register_thread_if_new(unsigned long pthread_id, pid_t tid) {
+  if (tid > 0 && lookup(tid) == nullptr) register_thread(pthread_id, tid);
+}
+
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, bool is_backward) {
   if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;

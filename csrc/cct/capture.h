@@ -95,6 +95,8 @@ void reset_metrics();
 void register_current_thread();
 // Registers another thread by pthread id and kernel tid (threads alive when capture starts).
 void register_thread(unsigned long pthread_id, pid_t tid);
+// The same, unless the thread is known already (periodic scans of the interpreter's threads).
+void register_thread_if_new(unsigned long pthread_id, pid_t tid);
 
 // Hot paths, callable without the GIL.
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,

@@ -81,6 +81,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     threads.install()
     _state["init"] = True
     _state["context"] = context
+    _state["sample"] = sample_interval > 0
     if "op" in context:
         from ..capture.import_hooks import when_imported
 
@@ -166,15 +167,24 @@ def reset_metrics() -> None:
 
 
 def resolve() -> None:
+    """Periodic upkeep from the flusher thread: fold buffered samples in, and give threads that
+    Python code runs on but that never passed threading's hook (started from C) their timer."""
     core = _core()
     gpu.maybe_flush(core)
     core.resolve()
+    _sample_new_threads(core)
+
+
+def _sample_new_threads(core: Any) -> None:
+    if _state["init"] and _state.get("sample"):
+        core.register_python_threads(threading.get_native_id())
 
 
 def snapshot_tree(metadata: dict[str, Any]) -> Any:
     from ..capture.snapshot import build_tree
 
     core = _core()
+    _sample_new_threads(core)
     gpu.flush(core)  # completed GPU activity first, so the snapshot holds it
     raw = core.snapshot()
     metadata.update(gpu.metadata(core))  # counters as of this snapshot
