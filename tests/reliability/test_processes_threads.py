@@ -205,6 +205,7 @@ def test_thread_created_from_c_is_attributed(tmp_path):
 
 def test_sigterm_to_the_whole_process_group_with_pool_workers(tmp_path):
     # torchrun stops a job with SIGTERM to its process group: workers and parent at once.
+    import contextlib
     import os
     import signal
 
@@ -227,6 +228,11 @@ if __name__ == "__main__":
     def group_sigterm(proc):
         signal_when_ready(tmp_path / "ready", 0)(proc)  # signal 0: just wait for ready
         os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        # A worker the pool forked in the few milliseconds before our handler ran can outlive
+        # the parent; the launcher's SIGKILL to the group ends it, as torchrun's would.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     r = record(tmp_path, program(body), program_args=[str(tmp_path / "ready")],
                during=group_sigterm, timeout=60,
