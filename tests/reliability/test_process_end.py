@@ -56,10 +56,17 @@ def test_sigint_gives_keyboardinterrupt_status_and_complete_profile(tmp_path):
 
 
 def test_sigterm_default_dies_by_sigterm_with_complete_profile(tmp_path):
-    r, prof = _recorded(tmp_path, "work()\nready()\ntime.sleep(30)",
-                        during=signal_when_ready(tmp_path / "ready", signal.SIGTERM))
+    struck = {}
+
+    def during(proc):
+        signal_when_ready(tmp_path / "ready", signal.SIGTERM)(proc)
+        struck["at"] = time.monotonic()
+        proc.wait(20)
+        struck["gone"] = time.monotonic()
+
+    r, prof = _recorded(tmp_path, "work()\nready()\ntime.sleep(30)", during=during)
     assert r.rc == -signal.SIGTERM, r.describe()
-    assert r.seconds < 15
+    assert struck["gone"] - struck["at"] < 1.5, r.describe()  # one write, no waiting around
     _assert_profile(tmp_path, prof, r, complete=True)
 
 

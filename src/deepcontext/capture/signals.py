@@ -113,12 +113,14 @@ class SigtermBridge:
     # -- any thread -------------------------------------------------------------------------
     def _end(self, in_main_thread: bool) -> None:
         """Write the complete profile, then die by SIGTERM as the program would have."""
-        if self._claim.acquire(timeout=30):
+        # The flusher never waits: if the main thread holds the claim it is ending the process
+        # itself (and is about to join the flusher). The main thread waits for a flusher that
+        # is writing, but not forever: it dies all the same.
+        if self._claim.acquire(timeout=30 if in_main_thread else 0):
             self.ending = True
             self._finish(in_main_thread)
         elif not in_main_thread:
-            return  # the main thread is ending the process itself
-        # (the main thread waited for a flusher that never finished: die all the same)
+            return
         die_by_default_action(signal.SIGTERM)
 
     def wake(self) -> None:
