@@ -40,12 +40,12 @@ class ChildHung(AssertionError):
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A clean environment: no profiler or rank variables from outside, faulthandler on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPCONTEXT_")}
     env.pop("PYTHONPATH", None)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         env.pop(k, None)
-    env.update(PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
-               COLUMNS="200")
+    env.update(PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1", COLUMNS="200")
     if extra:
         env.update(extra)
     return env
@@ -61,7 +61,12 @@ def run_child(argv: Sequence[str], *, cwd: Path, timeout: float = 60, env: dict[
                             errors="backslashreplace", preexec_fn=preexec_fn)  # noqa: PLW1509 - rlimits
     try:
         if during is not None:
-            during(proc)
+            try:
+                during(proc)
+            except AssertionError as e:  # e.g. the child died before it was ready: say why
+                proc.kill()
+                _, err = proc.communicate()
+                raise AssertionError(f"{e}\n--- child stderr\n{err[-6000:]}") from None
         out, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)  # faulthandler dumps all threads
