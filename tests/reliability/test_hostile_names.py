@@ -167,3 +167,21 @@ def test_error_messages_quoting_hostile_file_names_stay_one_inert_line(tmp_path)
         r = run_child([*CLI, "report", str(path)], cwd=tmp_path)
         assert_one_line_error(r)
         _assert_inert(r.err)
+
+
+@pytest.mark.parametrize("fmt", ["folded", "speedscope", "trace", "hatchet", "pprof"])
+def test_exports_stay_well_formed_with_hostile_names(hostile_profile, fmt):
+    tmp, prof = hostile_profile
+    if run_child([*CLI, "export", "--help"], cwd=tmp).rc != 0:
+        pytest.skip("deepcontext export is not available")
+    out = tmp / f"hostile.{fmt}"
+    r = run_child([*CLI, "export", str(prof), "--format", fmt, "-o", str(out), "-f"], cwd=tmp)
+    assert r.rc == 0, r.describe()
+    data = out.read_bytes()
+    if fmt == "folded":  # one "frame;frame;... COUNT" per line: a name cannot add lines
+        lines = [x for x in data.decode("utf-8").split("\n") if x]  # the format splits on \n only
+        assert lines and all(line.rsplit(" ", 1)[-1].isdigit() for line in lines), lines[:5]
+        assert not any("\x1b" in line for line in lines)
+    elif fmt != "pprof":
+        assert data.isascii()
+        json.loads(data)
