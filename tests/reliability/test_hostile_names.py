@@ -185,3 +185,13 @@ def test_exports_stay_well_formed_with_hostile_names(hostile_profile, fmt):
     elif fmt != "pprof":
         assert data.isascii()
         json.loads(data)
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "json"])
+def test_analyzer_machine_outputs_are_valid_json_with_hostile_names(hostile_profile, fmt):
+    tmp, prof = hostile_profile
+    if run_child([*CLI, "analyze", "--help"], cwd=tmp).rc != 0:
+        pytest.skip("deepcontext analyze is not available")
+    r = run_child([*CLI, "analyze", str(prof), "--format", fmt], cwd=tmp)
+    assert r.rc in (0, 1), r.describe()
+    json.loads(r.out)  # strict: a raw control character would fail here
