@@ -126,14 +126,16 @@ print("not reached", flush=True)
     assert "not reached" not in r.out
 
 
-def test_deep_recursion_is_bounded(tmp_path):
+@pytest.mark.parametrize("context", [None, "python,op,native"])
+def test_deep_recursion_is_bounded(tmp_path, context):
     body = """
 sys.setrecursionlimit(20000)
 def down(n):
     return work(0.2) if n == 0 else down(n - 1)
 down(5000)
 """
-    r = record(tmp_path, program(body), program_args=["unused"], timeout=120)
+    extra = ["--context", context] if context else []
+    r = record(tmp_path, program(body), program_args=["unused"], timeout=120, extra_args=extra)
     assert r.rc == 0, r.describe()
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True
     rt = run_child([*CLI, "report", "prof.dcprof"], cwd=tmp_path)
