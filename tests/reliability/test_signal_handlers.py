@@ -200,3 +200,31 @@ hashlib.pbkdf2_hmac("sha256", b"pw", b"salt", 80_000_000)
     assert r.rc == -signal.SIGKILL, r.describe()
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is False
     assert "work" in frame_names(report_json(tmp_path, tmp_path / "prof.dcprof"))
+
+
+def test_sigterm_to_a_child_forked_from_a_thread_never_reaches_the_parent(tmp_path):
+    # The fork hook runs in the forking thread, which becomes the child's main thread: the
+    # child's wakeup descriptor must be detached from the parent's pipe there too.
+    body = """
+import threading
+def fork_and_terminate():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    print("child signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+t = threading.Thread(target=fork_and_terminate)
+t.start()
+t.join()
+time.sleep(0.5)  # the parent's flusher has had time to (wrongly) react
+work()
+print("parent alive", flush=True)
+"""
+    r = record(tmp_path, program(body), program_args=["unused"])
+    assert r.rc == 0, r.describe()
+    assert f"child signal {int(signal.SIGTERM)}" in r.out and "parent alive" in r.out
+    meta = profile_meta(tmp_path / "prof.dcprof", r)
+    assert meta["complete"] is True and "ended_by" not in meta
