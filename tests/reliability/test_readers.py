@@ -277,3 +277,34 @@ for i in itertools.count():
         proc.terminate()
         proc.wait(30)
     assert proc.returncode == -15, proc.stderr.read()
+
+
+def test_read_only_profile_killed_mid_write_is_still_readable(tmp_path, real_profile):
+    # Only a writer can roll back a hot journal; a reader without write access reads a copy.
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a file read-only for root too")
+    prof = _copy(real_profile, tmp_path / "torn.dcprof")
+    torn_write = (  # a writer that dies mid-transaction, after SQLite spilled pages to the file
+        "import os, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('PRAGMA cache_size=1')\n"
+        "db.execute('BEGIN IMMEDIATE')\n"
+        "db.execute('DELETE FROM nodes')\n"
+        "db.executemany(\"INSERT INTO frames VALUES (?, 'python', ?, 'x.py', 1, '{}')\", "
+        "[(10000 + i, 'n' * 500) for i in range(2000)])\n"
+        "os._exit(0)\n")
+    r = run_child([PY, "-c", torn_write, str(prof)], cwd=tmp_path)
+    assert r.rc == 0 and Path(f"{prof}-journal").exists(), r.describe()
+    if subprocess.run(["chattr", "+i", str(prof)], check=False, capture_output=True).returncode:
+        pytest.skip("this filesystem does not support chattr +i")
+    try:
+        r = run_child([*CLI, "report", str(prof), "--format", "json"], cwd=tmp_path)
+        assert r.rc == 0, r.describe()
+        original = run_child([*CLI, "report", str(real_profile), "--format", "json"], cwd=tmp_path)
+        assert json.loads(r.out)["tree"] == json.loads(original.out)["tree"]  # the last commit
+        assert Path(f"{prof}-journal").exists()  # the user's files are left as they were
+    finally:
+        subprocess.run(["chattr", "-i", str(prof)], check=False)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +142,24 @@ def load(path: str | os.PathLike[str]) -> CallingContextTree:
     if header[:16] != b"SQLite format 3\x00":
         raise ProfileFormatError(f"{p} is not a DeepContext profile (not an SQLite file)")
     _check_not_truncated(p, header)
-    mode = "rw" if os.access(p, os.W_OK) else "ro"
+    journal = Path(f"{p}-journal")
+    if not os.access(p, os.W_OK) and journal.exists():
+        # A write cut short left a journal that only a writer can roll back: read a copy.
+        with tempfile.TemporaryDirectory(prefix="deepcontext-") as tmp:
+            copy = Path(tmp) / p.name
+            try:
+                shutil.copyfile(p, copy)
+                shutil.copyfile(journal, f"{copy}-journal")
+            except OSError as e:
+                raise ProfileFormatError(f"{p}: cannot read: {e.strerror}") from None
+            return _open_and_read(copy, p, "rw")
+    return _open_and_read(p, p, "rw" if os.access(p, os.W_OK) else "ro")
+
+
+def _open_and_read(path: Path, p: Path, mode: str) -> CallingContextTree:
+    """Open ``path`` (``p`` is the name the user gave, for messages) and read it."""
     try:
-        db = sqlite3.connect(f"{p.absolute().as_uri()}?mode={mode}", uri=True)
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode={mode}", uri=True)
     except sqlite3.Error as e:
         raise ProfileFormatError(f"{p}: cannot open: {e}") from None
     try:
