@@ -38,7 +38,7 @@ def test_live_generated_functions_each_get_their_own_frame(tmp_path):
     assert _names(tmp_path, "keep") == {f"generated_{i}" for i in range(8)}
 
 
-@pytest.mark.xfail(strict=True, reason="capture core (csrc/cct/tree.cpp python_key) identifies "
+@pytest.mark.xfail(strict=False, reason="(address reuse is up to the allocator, so this may pass) capture core (csrc/cct/tree.cpp python_key) identifies "
                    "a Python frame by the addresses of its code, filename and name objects; once "
                    "freed, the next generated function reuses those addresses and is reported "
                    "under the stale, already-described name")
