@@ -53,6 +53,8 @@ def reader_commands(path: str, outdir: Path, thorough: bool = True) -> list[list
         cmds.append(["view", path, "-o", str(outdir / "out.html"), "-f", "--no-browser"])
     if _available("diff"):
         cmds.append(["diff", path, path, "--format", "json"])
+    if _available("merge"):
+        cmds.append(["merge", path, path, "-o", str(outdir / "merged.dcprof"), "-f"])
     return cmds
 
 
