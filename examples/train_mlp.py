@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 
-def make_batch(n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(n, 64)
     y = (x[:, :8].sum(dim=1) > 0).long()
     return x, y
@@ -33,13 +33,13 @@ def main() -> None:
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
-    for step in range(100):
+    for step in range(200):
         x, y = make_batch()
         loss = loss_fn(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % 25 == 0:
+        if step % 50 == 0:
             print(f"step {step} loss {loss.item():.3f}")
 
 

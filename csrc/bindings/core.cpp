@@ -118,6 +118,9 @@ NB_MODULE(_core, m) {
     }
 #endif
   }, "skip_native_id"_a, "Sample every thread the interpreter knows (3.11+), but one.");
+  m.def("register_native_thread", [](long tid, const std::string& name) {
+    dc::register_native_thread(static_cast<pid_t>(tid), name);
+  }, "tid"_a, "name"_a, "Sample a thread that runs no Python, under [thread] <name>.");
   m.def("op_enter", [](const std::string& name, int64_t seq_nr, bool is_backward, uint64_t fwd_tid,
                        uint64_t rf_tid) {
         uint64_t h = g_py_handles.fetch_add(1);

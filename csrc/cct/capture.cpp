@@ -141,6 +141,19 @@ void register_thread(unsigned long pthread_id, pid_t tid) {
     arm_timer(s, c);
 }
 
+void register_native_thread(pid_t tid, const std::string& name) {
+  if (tid <= 0 || lookup(tid) != nullptr || !g_enabled.load()) return;
+  ThreadState* s = get_or_make(tid);
+  {
+    Tree& t = tree();
+    std::lock_guard<std::mutex> g(t.mu);
+    s->thread_node = t.child(0, t.named_frame(Kind::Thread, name));
+  }
+  // The kernel's CPU clock of a thread by id (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
+  auto clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  arm_timer(s, clock);
+}
+
 void register_thread_if_new(unsigned long pthread_id, pid_t tid) {
   if (tid > 0 && lookup(tid) == nullptr) register_thread(pthread_id, tid);
 }

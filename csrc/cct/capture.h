@@ -61,6 +61,7 @@ struct ThreadState {
   std::atomic<bool> draining{false};
   timer_t timer{};
   bool has_timer = false;
+  uint32_t thread_node = 0;  // "[thread] <name>" for threads that run no Python (0: none)
   // Owner-only prefix cache of the last full Python path, outermost first.
   int cache_n = 0;
   dc_raw_frame cache_frame[kMaxPyDepth];  // compared by identity fields, not by hash
@@ -97,6 +98,9 @@ void register_current_thread();
 void register_thread(unsigned long pthread_id, pid_t tid);
 // The same, unless the thread is known already (periodic scans of the interpreter's threads).
 void register_thread_if_new(unsigned long pthread_id, pid_t tid);
+// A thread of the process that runs no Python (an OpenMP/intra-op worker, a library's pool),
+// found by scanning /proc/self/task: its CPU time is sampled under "[thread] <name>".
+void register_native_thread(pid_t tid, const std::string& name);
 
 // Hot paths, callable without the GIL.
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,

@@ -109,12 +109,15 @@ void drain_locked(Tree& t, ThreadState* s) {
     top.py_frame = smp.op_frame;
     top.native_cut = smp.op_native_cut;
     NativePlace np;
-    uint32_t node =
-        native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n, smp.has_op ? &top : nullptr,
-                     nullptr, &np, /*leaf_is_pc=*/true)
-            ? np.node
-            : node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
-                       smp.op_py_node, smp.op_frame, nullptr);
+    uint32_t node;
+    if (smp.n == 0 && !smp.has_op && s->thread_node != 0)
+      node = s->thread_node;  // a worker thread outside Python and operators
+    else if (native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n,
+                          smp.has_op ? &top : nullptr, nullptr, &np, /*leaf_is_pc=*/true))
+      node = np.node;
+    else
+      node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
+                      smp.op_py_node, smp.op_frame, nullptr);
     t.add(node, m_cpu_time, smp.weight * g_opts.sample_interval);
   }
   s->tail.store(tail, std::memory_order_release);

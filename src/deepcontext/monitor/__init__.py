@@ -82,6 +82,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["init"] = True
     _state["context"] = context
     _state["sample"] = sample_interval > 0
+    _state["seen_tids"] = set()
     if "op" in context:
         from ..capture.import_hooks import when_imported
 
@@ -176,8 +177,24 @@ def resolve() -> None:
 
 
 def _sample_new_threads(core: Any) -> None:
-    if _state["init"] and _state.get("sample"):
-        core.register_python_threads(threading.get_native_id())
+    if not (_state["init"] and _state.get("sample")):
+        return
+    me = threading.get_native_id()
+    core.register_python_threads(me)
+    # Threads with no Python at all (OpenMP / intra-op workers, library pools): by kernel id.
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in tids:
+        if int(tid) != me and int(tid) not in _state["seen_tids"]:
+            _state["seen_tids"].add(int(tid))
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as fh:
+                    name = fh.read().strip()
+            except OSError:
+                continue
+            core.register_native_thread(int(tid), name or f"thread {tid}")
 
 
 def snapshot_tree(metadata: dict[str, Any]) -> Any:
