@@ -56,6 +56,48 @@ uint32_t op_frame(Tree& t, ThreadState* s, const char* name) {
   return e.frame;
 }
 
+uint32_t op_child(Tree& t, ThreadState* s, uint32_t parent, uint32_t frame) {
+  auto& e = s->op_children[(parent * 31u + frame) & 511u];
+  if (e.parent == parent && e.frame == frame) return e.node;
+  e = ThreadState::OpChild{parent, frame, t.child(parent, frame)};
+  return e.node;
+}
+
+// The common case of an operator event, without the tree lock: no native frames, no backward
+// graft, no buffered samples, and the Python path, the op's frame and its node all cached by
+// this thread (ids are never removed, so a cache hit is exact). False: take the locked path.
+bool fast_context(ThreadState* s, const dc_raw_frame* buf, int n, const OpEntry* top,
+                  const char* name, bool special, uint32_t* node, uint32_t* frame,
+                  uint32_t* py_node) {
+  if (g_opts.native || special || (top && top->pending) ||
+      s->head.load(std::memory_order_relaxed) != s->tail.load(std::memory_order_relaxed))
+    return false;
+  uint32_t parent;
+  if (top != nullptr) {
+    if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
+    parent = top->node;
+    *py_node = top->py_node;
+  } else {
+    if (n == 0 || n >= kMaxPyDepth || s->cache_n != n) return false;
+    for (int i = 0; i < n; ++i) {
+      const dc_raw_frame& a = buf[n - 1 - i];
+      const dc_raw_frame& b = s->cache_frame[i];
+      if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
+          a.firstlineno != b.firstlineno || a.name != b.name)
+        return false;
+    }
+    parent = s->cache_node[n - 1];
+    *py_node = parent;
+  }
+  const auto& on = s->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+  if (on.ptr != name || on.text != name) return false;
+  const auto& oc = s->op_children[(parent * 31u + on.frame) & 511u];
+  if (oc.parent != parent || oc.frame != on.frame) return false;
+  *frame = on.frame;
+  *node = oc.node;
+  return true;
+}
+
 // The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
 // node and the gradient bookkeeping after it; it belongs with that node under the forward line.
 bool is_engine_wrapper(const char* name) {
@@ -183,8 +225,11 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   Tree& t = tree();
   uint32_t node, frame, py_node = 0;
   int cut = -1;
-  bool pending;
-  {
+  bool pending = false;
+  if (fast_context(s, buf, n, top, name, wrapper || backward_node, &node, &frame, &py_node)) {
+    // Every piece of this context is in the thread's caches: the tree is not touched.
+    if (seq_nr >= 0 && !backward_node) remember_forward(seq_nr, rf_tid, py_node);
+  } else {
     std::lock_guard<std::mutex> g(t.mu);
     if (s->head.load(std::memory_order_relaxed) != s->tail.load(std::memory_order_relaxed))
       drain_locked(t, s);
@@ -213,7 +258,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     // An engine wrapper without a sequence number learns its forward line from the backward
     // node it runs next; until then it is parked on its ordinary parent.
     pending = wrapper && seq_nr < 0;
-    node = pending ? parent : t.child(parent, frame);
+    node = pending ? parent : op_child(t, s, parent, frame);
     // Without an exit report (dispatch tier), the last op to see a number is the best guess
     // for the one that created the autograd node; with one, op_exit records it exactly.
     if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);

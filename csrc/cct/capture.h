@@ -74,6 +74,11 @@ struct ThreadState {
     std::string text;
   };
   OpName op_names[256];
+  // Owner-only cache of (parent, op frame) -> node: nodes are never removed, so a hit is exact.
+  struct OpChild {
+    uint32_t parent = UINT32_MAX, frame = 0, node = 0;
+  };
+  OpChild op_children[512];
 };
 
 struct Options {
