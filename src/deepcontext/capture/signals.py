@@ -176,7 +176,14 @@ class SigtermBridge:
 
     # -- forked child -----------------------------------------------------------------------
     def forget_in_child(self) -> None:
-        """The child's signals must not reach the parent's flusher through the shared pipe."""
+        """The child's signals must not reach the parent's flusher through the shared pipe, and
+        the child gets back the SIGTERM disposition it would have had without us: a forked pool
+        worker blocked in C (a semaphore wait) must die at once when its pool terminates it."""
+        if self._handler is not None:
+            with contextlib.suppress(ValueError, OSError):  # after fork this thread is the main one
+                if signal.getsignal(signal.SIGTERM) == self._handler:
+                    signal.signal(signal.SIGTERM, self._prev)
+            self._handler = None
         if self._wakeup is None:
             return
         with contextlib.suppress(ValueError):  # after fork, this thread is the main one
