@@ -78,14 +78,8 @@ bool fast_context(ThreadState* s, const dc_raw_frame* buf, int n, const OpEntry*
     parent = top->node;
     *py_node = top->py_node;
   } else {
-    if (n == 0 || n >= kMaxPyDepth || s->cache_n != n) return false;
-    for (int i = 0; i < n; ++i) {
-      const dc_raw_frame& a = buf[n - 1 - i];
-      const dc_raw_frame& b = s->cache_frame[i];
-      if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
-          a.firstlineno != b.firstlineno || a.name != b.name)
-        return false;
-    }
+    if (n == 0 || n >= kMaxPyDepth || s->cache_n != n || s->cached_prefix(buf, n) != n)
+      return false;
     parent = s->cache_node[n - 1];
     *py_node = parent;
   }

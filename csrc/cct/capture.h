@@ -66,6 +66,19 @@ struct ThreadState {
   int cache_n = 0;
   dc_raw_frame cache_frame[kMaxPyDepth];  // compared by identity fields, not by hash
   uint32_t cache_node[kMaxPyDepth];
+  // How many outermost frames of `buf` (innermost first, n frames) equal the cached path.
+  int cached_prefix(const dc_raw_frame* buf, int n) const {
+    int common = 0;
+    while (common < n && common < cache_n) {
+      const dc_raw_frame& a = buf[n - 1 - common];
+      const dc_raw_frame& b = cache_frame[common];
+      if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
+          a.firstlineno != b.firstlineno || a.name != b.name)
+        break;
+      ++common;
+    }
+    return common;
+  }
   // Owner-only cache of operator name -> frame id. Names of backward ops point into reused
   // temporaries, so a hit needs the same pointer and the same text.
   struct OpName {

@@ -18,15 +18,7 @@ uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_f
   uint32_t node = 0;
   if (n >= kMaxPyDepth) node = t.child(0, t.named_frame(Kind::Marker, "<truncated>"));
   if (s == nullptr) return intern_under(t, d, node, buf, n);
-  int common = 0;
-  while (common < n && common < s->cache_n) {
-    const dc_raw_frame& a = buf[n - 1 - common];
-    const dc_raw_frame& b = s->cache_frame[common];
-    if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
-        a.firstlineno != b.firstlineno || a.name != b.name)
-      break;
-    ++common;
-  }
+  int common = s->cached_prefix(buf, n);
   if (common > 0) node = s->cache_node[common - 1];
   for (int i = common; i < n; ++i) {
     node = t.child(node, d.frame(t, buf, n - 1 - i));
