@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 FIXES = Path(__file__).parent / "fixes"
-CASES = {"fusion": "kernel_fusion", "sync": "sync", "precision": "precision",
+CASES = {"fusion": "kernel_fusion", "sync": "sync", "precision": "precision", "memcpy": "memcpy",
          "optimizer": "optimizer"}
 
 

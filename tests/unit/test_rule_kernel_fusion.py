@@ -88,3 +88,24 @@ def test_ops_outside_user_code_do_not_hide_a_region():
     tree.add_metric(last, "cpu.time", 0.001)
     (f,) = run(tree)
     assert f.location.line == 4
+
+
+def test_a_loop_line_is_not_a_link_of_the_chain():
+    # step(): line 4 runs once per call (mul, add), line 5 once (square), line 6 is a loop over
+    # 400 parameters (add_): 4 "ops per call" only if the loop is wrongly folded into the chain
+    calls = 100
+    tree = build([REST,
+                  ([user(10), user(4, "step"), op("aten::mul")], {"op.count": calls, "op.time": .01}),
+                  ([user(10), user(4, "step"), op("aten::add")], {"op.count": calls, "op.time": .01}),
+                  ([user(10), user(5, "step"), op("aten::square")], {"op.count": calls, "op.time": .01}),
+                  ([user(10), user(6, "step"), op("aten::add_")],
+                   {"op.count": 400 * calls, "op.time": 0.3})])
+    assert run(tree) == []
+    # the same lines, all run once per call: a real 4-op chain
+    tree = build([REST,
+                  ([user(10), user(4, "step"), op("aten::mul")], {"op.count": calls, "op.time": .01}),
+                  ([user(10), user(4, "step"), op("aten::add")], {"op.count": calls, "op.time": .01}),
+                  ([user(10), user(5, "step"), op("aten::square")], {"op.count": calls, "op.time": .01}),
+                  ([user(10), user(6, "step"), op("aten::add_")], {"op.count": calls, "op.time": .2})])
+    (f,) = run(tree)
+    assert f.evidence["ops_per_call"] == 4.0 and "lines 4-6" in f.message

@@ -20,13 +20,17 @@ def function_regions(ctx: AnalysisContext, owners: list[int]) -> list[list[int]]
     return [sorted(g) for g in groups.values()]
 
 
-def calls_per_invocation(ctx: AnalysisContext, sites: list[OpSite], selected: list[OpSite]) -> float:
-    """Calls of ``selected`` per execution of the line, estimated by dividing by the count of the
-    line's least-called operator (every op of a straight-line statement runs once per execution)."""
+def line_executions(ctx: AnalysisContext, sites: list[OpSite]) -> float:
+    """How often the line ran, estimated as the count of its least-called operator (every op of
+    a straight-line statement runs once per execution); 0 when it ran none."""
     counts = [ctx.count(s.node) for s in sites if ctx.count(s.node) > 0]
-    if not counts:
-        return 0.0
-    return sum(ctx.count(s.node) for s in selected) / min(counts)
+    return min(counts) if counts else 0.0
+
+
+def calls_per_invocation(ctx: AnalysisContext, sites: list[OpSite], selected: list[OpSite]) -> float:
+    """Calls of ``selected`` per execution of the line."""
+    runs = line_executions(ctx, sites)
+    return sum(ctx.count(s.node) for s in selected) / runs if runs else 0.0
 
 
 def seconds(value: float) -> str:

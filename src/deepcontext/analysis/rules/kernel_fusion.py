@@ -9,7 +9,8 @@ from ..context import AnalysisContext
 from ..finding import Finding
 from ..ops import base_name, is_pointwise
 from ..rule import Rule, Threshold
-from ._common import calls_per_invocation, function_regions, percent, seconds
+from ._common import (calls_per_invocation, function_regions, line_executions, percent,
+                      seconds)
 
 # Known hand-written compositions and the fused API that replaces them (first match wins).
 _KNOWN = (
@@ -32,10 +33,14 @@ class KernelFusionRule(Rule):
         "min_ops_per_call": Threshold(4, "2-3 elementwise ops per statement (a*b+c) are normal; "
                                          "4+ per call is a hand-written activation/normalization"),
         "min_distinct_ops": Threshold(2, "one op repeated is a loop, not a fusion candidate"),
+        "max_execution_ratio": Threshold(2, "lines of one chain run equally often; a line run "
+                                            "many times per call is a loop over other tensors "
+                                            "(an optimizer update), not a link of the chain"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
-        for region in function_regions(ctx, [o for o in ctx.sites_by_owner if o > 0]):
+        regions = function_regions(ctx, [o for o in ctx.sites_by_owner if o > 0])
+        for region in (part for r in regions for part in self._by_executions(ctx, r)):
             per_call, names, fwd_nodes, bwd_nodes, best, best_calls = 0.0, set(), [], [], -1, -1.0
             for line in region:
                 sites = ctx.forward_sites(line)
@@ -52,6 +57,18 @@ class KernelFusionRule(Rule):
             if per_call < self.t("min_ops_per_call") or len(names) < self.t("min_distinct_ops"):
                 continue
             yield from self._finding(ctx, region, best, per_call, names, fwd_nodes, bwd_nodes)
+
+    def _by_executions(self, ctx: AnalysisContext, region: list[int]) -> list[list[int]]:
+        """Split a function's lines into groups that ran about equally often: a chain's lines run
+        once per call, a loop's body many times; summing both would invent a chain."""
+        runs = {line: line_executions(ctx, ctx.forward_sites(line)) for line in region}
+        groups: list[list[int]] = []
+        for line in sorted(region, key=lambda n: runs[n]):
+            if groups and runs[line] <= self.t("max_execution_ratio") * runs[groups[-1][0]]:
+                groups[-1].append(line)
+            else:
+                groups.append([line])
+        return [sorted(g) for g in groups]
 
     def _finding(self, ctx: AnalysisContext, region: list[int], node: int, per_call: float,
                  names: set[str], fwd: list[int], bwd: list[int]) -> Iterator[Finding]:

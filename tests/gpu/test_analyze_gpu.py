@@ -1,0 +1,56 @@
+"""`deepcontext analyze` on real GPU programs (benchmarks/fixes/, a few steps each): the program
+with the inefficiency gets its rule at the exact line, at warning level or above; the fixed
+program gets no warning-level finding at all. benchmarks/fix_gains.py times the same pairs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+FIXES = Path(__file__).parents[2] / "benchmarks" / "fixes"
+#: (program, rule expected on `before`, marker of its line)
+CASES = [
+    ("fusion", "kernel-fusion", "GELU"),
+    ("precision", "fp32-matmul", "MATMUL"),
+    ("memcpy", "memcpy", "COPY"),
+    ("optimizer", "optimizer-per-parameter", "UPDATE"),
+]
+
+
+def line_of(program: Path, marker: str) -> int:
+    return next(i for i, t in enumerate(program.read_text().splitlines(), 1)
+                if t.rstrip().endswith(f"# {marker}"))
+
+
+def analyzed(tmp_path: Path, program: Path, variant: str) -> list[dict]:
+    out = tmp_path / f"{program.stem}_{variant}.dcprof"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FIX_STEPS": "3"}
+    rec = subprocess.run([sys.executable, "-m", "deepcontext", "record", "-o", str(out), "--",
+                          sys.executable, str(program), variant], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path, env=env)
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "analyze", str(out), "--format",
+                           "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)["findings"]
+
+
+@pytest.mark.parametrize("stem, rule, marker", CASES, ids=[c[0] for c in CASES])
+def test_rule_fires_before_the_fix_and_nothing_warns_after(tmp_path, stem, rule, marker):
+    program = FIXES / f"{stem}.py"
+    before = analyzed(tmp_path, program, "before")
+    hits = [f for f in before if f["rule"] == rule]
+    assert len(hits) == 1, [(f["rule"], f["severity"], f["title"]) for f in before]
+    (f,) = hits
+    assert f["severity"] in ("warning", "error"), f
+    assert (f["location"]["file"], f["location"]["line"]) == (str(program), line_of(program, marker))
+    assert f["estimated_gain"]["seconds"] > 0 and f["suggestion"]
+    after = analyzed(tmp_path, program, "after")
+    assert [(g["rule"], g["title"]) for g in after if g["severity"] != "note"] == []
