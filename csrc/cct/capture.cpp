@@ -63,17 +63,23 @@ uint32_t op_child(Tree& t, ThreadState* s, uint32_t parent, uint32_t frame) {
   return e.node;
 }
 
-// The common case of an operator event, without the tree lock: no native frames, no backward
-// graft, no buffered samples, and the Python path, the op's frame and its node all cached by
-// this thread (ids are never removed, so a cache hit is exact). False: take the locked path.
+// The common case of an operator event, without the tree lock: no backward graft, no buffered
+// samples, and the context (Python path, or with native frames the memoized placement), the
+// op's frame and its node all cached by this thread (ids are never removed, so a cache hit is
+// exact). False: take the locked path.
 bool fast_context(ThreadState* s, const dc_raw_frame* buf, int n, const OpEntry* top,
-                  const char* name, bool special, uint32_t* node, uint32_t* frame,
-                  uint32_t* py_node) {
-  if (g_opts.native || special || (top && top->pending) ||
+                  const char* name, bool special, const ThreadState::NativeMemo* memo,
+                  uint32_t* node, uint32_t* frame, uint32_t* py_node, int* cut) {
+  if (special || (top && top->pending) ||
       s->head.load(std::memory_order_relaxed) != s->tail.load(std::memory_order_relaxed))
     return false;
   uint32_t parent;
-  if (top != nullptr) {
+  if (g_opts.native) {
+    if (memo == nullptr) return false;
+    parent = memo->node;
+    *py_node = top ? top->py_node : memo->py_node;
+    *cut = memo->cut;
+  } else if (top != nullptr) {
     if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
     parent = top->node;
     *py_node = top->py_node;
@@ -90,6 +96,25 @@ bool fast_context(ThreadState* s, const dc_raw_frame* buf, int n, const OpEntry*
   *frame = on.frame;
   *node = oc.node;
   return true;
+}
+
+// After a backtrace outside any signal handler: the thread's libunwind TLS exists now.
+void mark_native_ready(ThreadState* s) {
+  if (!s->native_ready.load(std::memory_order_relaxed))
+    s->native_ready.store(true, std::memory_order_release);
+}
+
+// Unwinds once on the calling thread, outside a signal handler, so its samples may unwind.
+void warm_native(ThreadState* s) {
+  if (!g_opts.native || s->native_ready.load(std::memory_order_relaxed)) return;
+  uintptr_t ips[4];
+  native::backtrace(ips, 4, 0);
+  mark_native_ready(s);
+}
+
+// The thread's memoized native placement for `key`, or null.
+ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
+  return key != 0 ? &s->native_memo[key & 511u] : nullptr;
 }
 
 // The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
@@ -137,6 +162,7 @@ void start(const Options& opts) {
     native::init();
     g_native_in_handler = std::strcmp(native::unwinder_name(), "libunwind") == 0;
   }
+  if (opts.native) warm_native(this_thread());
   if (opts.sample) install_handler();
   g_enabled.store(true);
 }
@@ -165,6 +191,7 @@ void reset_metrics() {
 
 void register_current_thread() {
   ThreadState* s = this_thread();
+  warm_native(s);
   clockid_t c;
   if (g_enabled.load() && !s->has_timer && pthread_getcpuclockid(pthread_self(), &c) == 0)
     arm_timer(s, c);
@@ -213,6 +240,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
   uintptr_t ips[kMaxNative];
   int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
+  if (g_opts.native) mark_native_ready(s);
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
@@ -220,7 +248,11 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   uint32_t node, frame, py_node = 0;
   int cut = -1;
   bool pending = false;
-  if (fast_context(s, buf, n, top, name, wrapper || backward_node, &node, &frame, &py_node)) {
+  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, name) : 0;
+  ThreadState::NativeMemo* memo = memo_slot(s, key);
+  const bool memo_hit = memo && memo->key == key;
+  if (fast_context(s, buf, n, top, name, wrapper || backward_node, memo_hit ? memo : nullptr,
+                   &node, &frame, &py_node, &cut)) {
     // Every piece of this context is in the thread's caches: the tree is not touched.
     if (seq_nr >= 0 && !backward_node) remember_forward(seq_nr, rf_tid, py_node);
   } else {
@@ -238,10 +270,15 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     }
     NativePlace np;
     Describer live;
-    if (parent == UINT32_MAX && native_place(t, live, ips, n_ips, buf, n, top, name, &np)) {
+    if (parent == UINT32_MAX && memo_hit) {
+      parent = memo->node;
+      py_node = top ? top->py_node : memo->py_node;
+      cut = memo->cut;
+    } else if (parent == UINT32_MAX && native_place(t, live, ips, n_ips, buf, n, top, name, &np)) {
       parent = np.node;
       py_node = np.py_node;
       cut = np.cut;
+      *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
     }
     if (parent == UINT32_MAX) {
       parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame,
@@ -307,12 +344,19 @@ uint32_t current_node() {
   int d = s->depth.load(std::memory_order_relaxed);
   uintptr_t ips[kMaxNative];
   int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
+  if (g_opts.native) mark_native_ready(s);
+  const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
+  ThreadState::NativeMemo* memo = memo_slot(s, key);
+  if (memo && memo->key == key) return memo->node;
   Tree& t = tree();
   std::lock_guard<std::mutex> g(t.mu);
   Describer live;
   NativePlace np;
-  if (native_place(t, live, ips, n_ips, buf, n, d > 0 ? &s->ops[d - 1] : nullptr, nullptr, &np))
+  if (native_place(t, live, ips, n_ips, buf, n, top, nullptr, &np)) {
+    *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
     return np.node;
+  }
   if (d > 0) {
     const OpEntry& top = s->ops[d - 1];
     return node_for(t, live, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);

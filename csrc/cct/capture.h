@@ -62,6 +62,10 @@ struct ThreadState {
   timer_t timer{};
   bool has_timer = false;
   uint32_t thread_node = 0;  // "[thread] <name>" for threads that run no Python (0: none)
+  // Set by the owner once it has unwound outside a signal handler: libunwind is dlopen'ed, so
+  // its per-thread cache lives in TLS that glibc allocates (malloc) at a thread's first touch;
+  // touched first in the SIGPROF handler, that malloc can deadlock on the interrupted one.
+  std::atomic<bool> native_ready{false};
   // Owner-only prefix cache of the last full Python path, outermost first.
   int cache_n = 0;
   dc_raw_frame cache_frame[kMaxPyDepth];  // compared by identity fields, not by hash
@@ -92,6 +96,16 @@ struct ThreadState {
     uint32_t parent = UINT32_MAX, frame = 0, node = 0;
   };
   OpChild op_children[512];
+  // Owner-only memo of native placements: hash of everything a placement depends on (both
+  // stacks, the open op, the op's name; see native_key) -> where the event hangs. A splice costs
+  // about 1 us, a hit the hash; nodes are never removed, so a hit stays valid (64-bit keys:
+  // a collision among a million distinct contexts has odds of about 1 in 10^7).
+  struct NativeMemo {
+    uint64_t key = 0;  // 0: empty
+    uint32_t node = 0, py_node = 0;
+    int cut = -1;
+  };
+  NativeMemo native_memo[512];
 };
 
 struct Options {

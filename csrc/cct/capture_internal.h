@@ -55,4 +55,11 @@ bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
                   const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
                   NativePlace* out, bool leaf_is_pc = false);
 
+// The memo key of a native placement (ThreadState::native_memo): a hash of the native stack,
+// the Python frames' identities (top-level events) or the open op's node and cut (nested ones),
+// and the op's name (null for launches and probes). 0: not a native placement (no native
+// stack, or Python frames newer than the open op: the Python-only path applies).
+uint64_t native_key(const uintptr_t* ips, int n_ips, const dc_raw_frame* buf, int n,
+                    const OpEntry* top, const char* op_name);
+
 }  // namespace dc::detail

@@ -1,5 +1,8 @@
 // Where an event is: the calling thread's Python path (prefix-cached), the open operator, and
 // with native frames the spliced path, as a tree node.
+#include <functional>
+#include <string_view>
+
 #include "capture_internal.h"
 
 namespace dc::detail {
@@ -73,6 +76,44 @@ bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
   *out = place_nested(t, top->node, top->native_cut, ips, n_ips, op_name, leaf_is_pc);
   out->py_node = top->py_node;
   return out->spliced;
+}
+
+namespace {
+inline uint64_t key_mix(uint64_t h, uint64_t w) {
+  h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 29);
+}
+}  // namespace
+
+uint64_t native_key(const uintptr_t* ips, int n_ips, const dc_raw_frame* buf, int n,
+                    const OpEntry* top, const char* op_name) {
+  if (n_ips <= 0) return 0;
+  if (top != nullptr && (n > 0 ? buf[0].frame : nullptr) != top->py_frame) return 0;
+  // Two lanes: independent multiply chains run in parallel.
+  uint64_t a = key_mix(0x243F6A8885A308D3ull, static_cast<uint64_t>(n_ips)), b = 0x13198A2E03707344ull;
+  int i = 0;
+  for (; i + 1 < n_ips; i += 2) {
+    a = key_mix(a, ips[i]);
+    b = key_mix(b, ips[i + 1]);
+  }
+  if (i < n_ips) a = key_mix(a, ips[i]);
+  if (top != nullptr) {
+    a = key_mix(a, top->node);
+    b = key_mix(b, static_cast<uint64_t>(static_cast<uint32_t>(top->native_cut)) | (1ull << 40));
+  } else {
+    b = key_mix(b, static_cast<uint64_t>(n));
+    for (int j = 0; j < n; ++j) {  // the identity fields Tree::python_frame interns by
+      a = key_mix(a, reinterpret_cast<uintptr_t>(buf[j].code) ^
+                         (static_cast<uint64_t>(static_cast<uint32_t>(buf[j].offset)) << 1) ^
+                         static_cast<uint64_t>(buf[j].entry & 1));
+      b = key_mix(b, reinterpret_cast<uintptr_t>(buf[j].filename) ^
+                         (static_cast<uint64_t>(static_cast<uint32_t>(buf[j].firstlineno)) << 3));
+      a = key_mix(a, reinterpret_cast<uintptr_t>(buf[j].name));
+    }
+  }
+  uint64_t h = key_mix(a, b);
+  h = key_mix(h, op_name ? std::hash<std::string_view>{}(op_name) : 0x5BD1E995ull);
+  return h ? h : 1;
 }
 
 }  // namespace dc::detail

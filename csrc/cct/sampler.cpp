@@ -49,7 +49,9 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
         smp.op_native_cut = top.native_cut;
       }
       // skip 2: this handler and the kernel's signal trampoline.
-      smp.n_ips = g_native_in_handler ? native::backtrace(smp.ips, kMaxNative, 2) : 0;
+      smp.n_ips = g_native_in_handler && s->native_ready.load(std::memory_order_acquire)
+                      ? native::backtrace(smp.ips, kMaxNative, 2)
+                      : 0;
       smp.n = g_opts.python
                   ? dc_walk_python_checked(dc_this_thread_state(), smp.frames, kMaxPyDepth)
                   : 0;

@@ -78,6 +78,7 @@ ThreadState* get_or_make(pid_t tid) {
     s->head.store(0);
     s->tail.store(0);
     s->cache_n = 0;
+    s->native_ready.store(false);
     s->thread_node = 0;  // op_names / op_children stay valid: they map to never-removed ids
   } else {
     s = new ThreadState();

@@ -77,3 +77,31 @@ def test_default_context_has_no_native_frames(tmp_path):
     proc, out = record(tmp_path, "linear_train.py", "1")
     assert proc.returncode == 0, proc.stderr
     assert not [n for n in loaded(out).nodes if n.frame.kind == "native"]
+
+
+@pytest.mark.parametrize("context", ["python,op", "python,op,native"])
+def test_repeated_native_contexts_keep_their_lines_apart(tmp_path, context):
+    # Lines A and B run torch.add through identical native stacks; only their Python frames
+    # differ, so a placement memoized for one line must never serve the other.
+    proc, out = record(tmp_path, "native_memo.py", options=("--context", context))
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    for marker, op, count in (("A", "aten::add", 300), ("B", "aten::add", 100),
+                              ("C", "aten::mul", 300)):
+        (line,) = python_nodes(tree, "native_memo.py", line_of("native_memo.py", marker))
+        ops = op_nodes(tree, op, line)
+        assert sum(tree.exclusive(n, "op.count") for n in ops) == count, marker
+        if context.endswith("native"):
+            (node,) = ops
+            assert any(f.kind == "native" and "THPVariable_" in f.name
+                       for f in kinds_between(tree, line, node))
+
+
+def test_profile_says_which_unwinder_ran(tmp_path):
+    from deepcontext import _core
+
+    proc, out = record(tmp_path, "native_memo.py", options=("--context", "python,op,native"))
+    assert proc.returncode == 0, proc.stderr
+    meta = loaded(out).metadata
+    assert meta["native"]["unwinder"] == _core.native_info()["unwinder"]
+    assert meta["native"]["unpaired_events"] == 0

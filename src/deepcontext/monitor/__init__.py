@@ -83,6 +83,14 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["context"] = context
     _state["sample"] = sample_interval > 0
     _state["seen_tids"] = set()
+    if "native" in context:
+        info = core.native_info()
+        _state["native"] = {**info, "mismatches_before": core.splice_mismatches()}
+        if info["unwinder"] != "libunwind":
+            note("native frames: libunwind.so.8 not found, using libgcc's unwinder (about 10x "
+                 "slower per event); install libunwind8 or set DEEPCONTEXT_LIBUNWIND")
+    else:
+        _state["native"] = None
     if "op" in context:
         from ..capture.import_hooks import when_imported
 
@@ -212,6 +220,10 @@ def metadata() -> dict[str, Any]:
     core = _core()
     notes = list(_state["notes"]) + [n for n in core.notes().splitlines() if n]
     meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
+    native = _state.get("native")
+    if native:
+        meta["native"] = {"unwinder": native["unwinder"], "line_reader": native["line_reader"],
+                          "unpaired_events": core.splice_mismatches() - native["mismatches_before"]}
     if _state.get("torch_tier"):
         meta["torch"] = _state.get("torch_version")
         meta["op_tier"] = _state["torch_tier"]
