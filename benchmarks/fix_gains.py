@@ -34,7 +34,7 @@ def findings(profile: Path) -> list[dict]:
 
 def main(out: Path, names: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    rows = ["| inefficiency | rule fired (before) | warning left (after) | step before | step after | gain |",
+    rows = ["| inefficiency | rule fired (before) | warnings left (after) | step before | step after | gain |",
             "|---|---|---|---|---|---|"]
     for name in names:
         category = CASES[name]
@@ -51,10 +51,11 @@ def main(out: Path, names: list[str]) -> None:
                 raise RuntimeError(rec.stderr[-2000:])
         fb, fa = findings(profiles["before"]), findings(profiles["after"])
         fired = [f for f in fb if f["category"] == category]
-        left = [f for f in fa if f["category"] == category and f["severity"] != "note"]
+        left = [f"{f['severity']} {f['rule']}" for f in fa if f["severity"] != "note"]
         where = (f"{fired[0]['severity']} {fired[0]['rule']} at "
                  f"{(fired[0].get('location') or {}).get('line')}") if fired else "NO"
-        rows.append(f"| {name} ({category}) | {where} | {'yes' if left else 'no'} | "
+        left_text = ", ".join(left) if left else "none"
+        rows.append(f"| {name} ({category}) | {where} | {left_text} | "
                     f"{before_t * 1e3:.2f} ms | {after_t * 1e3:.2f} ms | {before_t / after_t:.2f}x |")
         diff = run([sys.executable, "-m", "deepcontext", "diff", str(profiles["before"]),
                     str(profiles["after"])])

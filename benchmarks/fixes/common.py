@@ -1,18 +1,14 @@
-"""Shared timing for the before/after programs: median step time, printed as the last line.
-FIX_STEPS shortens a run (the GPU analyzer tests record these programs with a few steps)."""
+"""Shared timing for the before/after programs: median step time, printed as the last line."""
 
 import json
-import os
 import statistics
 import sys
 import time
 
 import torch
 
-STEPS = int(os.environ.get("FIX_STEPS", "20"))
 
-
-def time_steps(step, steps: int = STEPS, warmup: int = 3) -> None:
+def time_steps(step, steps: int = 20, warmup: int = 3) -> None:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()

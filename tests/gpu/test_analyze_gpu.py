@@ -1,4 +1,4 @@
-"""`deepcontext analyze` on real GPU programs (benchmarks/fixes/, a few steps each): the program
+"""`deepcontext analyze` on real GPU programs (benchmarks/fixes/, 23 steps each): the program
 with the inefficiency gets its rule at the exact line, at warning level or above; the fixed
 program gets no warning-level finding at all. benchmarks/fix_gains.py times the same pairs."""
 
@@ -31,7 +31,7 @@ def line_of(program: Path, marker: str) -> int:
 
 def analyzed(tmp_path: Path, program: Path, variant: str) -> list[dict]:
     out = tmp_path / f"{program.stem}_{variant}.dcprof"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FIX_STEPS": "3"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     rec = subprocess.run([sys.executable, "-m", "deepcontext", "record", "-o", str(out), "--",
                           sys.executable, str(program), variant], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path, env=env)

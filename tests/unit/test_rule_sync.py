@@ -46,3 +46,22 @@ def test_library_call_points_at_the_users_line():
                           op("aten::item")], {"op.count": 500, "op.time": 1e-3})])
     (f,) = run(tree)
     assert f.location.line == 7
+
+
+def test_wait_on_a_busy_gpu_gains_nothing():
+    # the function's kernels keep the GPU busy 2 s while its host time (ops + waits) is 1 s:
+    # the waits are the GPU being the bottleneck, not the host starving it
+    frames = [user(12), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    tree = build([REST, (frames, {"sync.wait": 0.05, "sync.count": 100}),
+                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 2.0, "gpu.launches": 10})])
+    assert run(tree) == []
+
+
+def test_gain_is_capped_by_the_gpu_idle_time():
+    # host 0.95 s ops + 0.3 s waits, GPU busy 1.1 s: at most 0.15 s of idle GPU to win back
+    frames = [user(12), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    tree = build([REST, (frames, {"sync.wait": 0.3, "sync.count": 100}),
+                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 1.1, "gpu.launches": 10})])
+    (f,) = run(tree)
+    assert abs(f.estimated_gain.seconds - 0.15) < 1e-9
+    assert f.evidence["sync_wait_s"] == 0.3

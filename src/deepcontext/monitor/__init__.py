@@ -219,6 +219,8 @@ def snapshot_tree(metadata: dict[str, Any]) -> Any:
 def metadata() -> dict[str, Any]:
     core = _core()
     notes = list(_state["notes"]) + [n for n in core.notes().splitlines() if n]
+    if "gpu" in (_state.get("context") or ()) and (unused := gpu.unused_note(core)):
+        notes.append(unused)
     meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
     native = _state.get("native")
     if native:

@@ -78,3 +78,17 @@ def metadata(core: Any) -> dict[str, Any]:
         return {}
     devices = stats.pop("devices")
     return {"gpu": stats, "devices": devices}
+
+
+def unused_note(core: Any) -> str:
+    """A note when GPU capture ran but the program used no CUDA device (so an empty GPU section
+    is explained), else ""."""
+    if not _native(core) or not core.gpu_available():
+        return ""
+    stats = core.gpu_stats()
+    if not stats["library"] or stats["records"] or stats["devices"]:
+        return ""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    why = (f" (CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU)"
+           if hidden is not None and hidden.strip() in ("", "-1", "none", "NoDevFiles") else "")
+    return f"GPU capture on, but the program used no GPU{why}: no kernels or copies to show"

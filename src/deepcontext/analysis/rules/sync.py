@@ -69,7 +69,8 @@ class SyncRule(Rule):
             if owner not in cause or (node.frame.kind == SYNC and op):
                 cause[owner] = op or node.frame.name
         for owner, w in wait.items():
-            severity = self.severity_for(ctx, w)
+            gain = min(w, self._gpu_idle(ctx, owner))
+            severity = self.severity_for(ctx, gain)
             if severity is None:
                 continue
             what = cause.get(owner, "a synchronize call")
@@ -82,8 +83,22 @@ class SyncRule(Rule):
                          f"queued, so the GPU idles after each sync."),
                 evidence={"sync_wait_s": w, "sync_count": int(count[owner]), "cause": what},
                 suggestion=_advice(what),
-                gain_seconds=w,
-                method="upper bound: the blocked time, if the host kept queueing work instead")
+                gain_seconds=gain,
+                method=("the blocked time, at most the GPU's idle time in the function around "
+                        "the sync (its lines' operator and wait time minus their GPU time): a "
+                        "busy GPU gains nothing from a host that stops waiting"))
+
+    @staticmethod
+    def _gpu_idle(ctx: AnalysisContext, owner: int) -> float:
+        """GPU idle time in the function invocation around ``owner``: its lines' host time
+        (operators plus waits) minus what their kernels and copies kept the GPU busy."""
+        node = ctx.tree.nodes[owner]
+        lines = [c for c in ctx.tree.nodes[node.parent].children
+                 if (ctx.tree.nodes[c].frame.file, ctx.tree.nodes[c].frame.name)
+                 == (node.frame.file, node.frame.name)] if owner > 0 else [owner]
+        host = sum(ctx.inc("op.time")[n] + ctx.inc("sync.wait")[n] for n in lines)
+        busy = sum(ctx.inc(m)[n] for n in lines for m in ("gpu.time", "memcpy.time", "memset.time"))
+        return max(0.0, host - busy)
 
     def _cpu_only(self, ctx: AnalysisContext) -> Iterator[Finding]:
         for owner, sites in ctx.sites_by_owner.items():
