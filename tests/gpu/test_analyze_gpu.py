@@ -24,6 +24,11 @@ CASES = [
 ]
 
 
+#: Warnings the fixed program keeps by design: 400 tiny parameter tensors stay launch-bound after
+#: the update loop is fused (stack and backward over 400 tensors), and cpu-latency says so.
+STILL_TRUE_AFTER = {"optimizer": {"cpu-latency"}}
+
+
 def line_of(program: Path, marker: str) -> int:
     return next(i for i, t in enumerate(program.read_text().splitlines(), 1)
                 if t.rstrip().endswith(f"# {marker}"))
@@ -53,4 +58,6 @@ def test_rule_fires_before_the_fix_and_nothing_warns_after(tmp_path, stem, rule,
     assert (f["location"]["file"], f["location"]["line"]) == (str(program), line_of(program, marker))
     assert f["estimated_gain"]["seconds"] > 0 and f["suggestion"]
     after = analyzed(tmp_path, program, "after")
-    assert [(g["rule"], g["title"]) for g in after if g["severity"] != "note"] == []
+    assert [(g["rule"], g["title"]) for g in after if g["severity"] != "note"
+            and g["rule"] not in STILL_TRUE_AFTER.get(stem, ())] == []
+    assert [g for g in after if g["rule"] == rule] == []

@@ -65,3 +65,23 @@ def test_gain_is_capped_by_the_gpu_idle_time():
     (f,) = run(tree)
     assert abs(f.estimated_gain.seconds - 0.15) < 1e-9
     assert f.evidence["sync_wait_s"] == 0.3
+
+
+def test_a_sync_run_a_few_times_is_not_hot():
+    frames = [user(12), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    tree = build([REST, (frames, {"sync.wait": 0.05, "sync.count": 9}),
+                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 0.5, "gpu.launches": 10})])
+    assert run(tree) == []
+
+
+def test_setup_lines_run_less_often_than_the_sync_stay_outside_its_loop():
+    # line 5 (warm-up, 3 calls with a 0.9 s first-call cost) is not in the loop of the 20 syncs
+    # at line 12; the loop (line 10: 80 launches, GPU-bound) leaves the GPU idle ~10 ms
+    frames = [user(12), sync("cudaDeviceSynchronize")]
+    tree = build([([user(5), op("aten::mm")], {"op.time": 0.9, "op.count": 3}),
+                  ([user(5), op("aten::mm"), op("k")], {"gpu.time": 0.03, "gpu.launches": 3}),
+                  ([user(10), op("aten::mm")], {"op.time": 0.01, "op.count": 80}),
+                  ([user(10), op("aten::mm"), op("k")], {"gpu.time": 0.25, "gpu.launches": 80}),
+                  (frames, {"sync.wait": 0.25, "sync.count": 20})])
+    (f,) = run(tree)  # with line 5 counted, the gain would be the whole 0.25 s wait
+    assert abs(f.estimated_gain.seconds - 0.01) < 1e-9 and f.severity == "note"

@@ -43,6 +43,8 @@ class SyncRule(Rule):
     description = ("A line of yours makes the host wait for the GPU (sync.wait), or on a "
                    "CPU-only profile calls an operator that would (e.g. .item()) many times.")
     thresholds = {
+        "min_syncs": Threshold(10, "a sync run a few times (after warm-up, at the end) is not in "
+                                   "hot code; a per-step sync runs once per step"),
         "min_cpu_calls": Threshold(100, "on CPU-only profiles: fewer calls are epoch-level "
                                         "logging, not a per-step sync"),
     }
@@ -69,7 +71,9 @@ class SyncRule(Rule):
             if owner not in cause or (node.frame.kind == SYNC and op):
                 cause[owner] = op or node.frame.name
         for owner, w in wait.items():
-            gain = min(w, self._gpu_idle(ctx, owner))
+            if count[owner] < self.t("min_syncs"):
+                continue
+            gain = min(w, self._gpu_idle(ctx, owner, count[owner]))
             severity = self.severity_for(ctx, gain)
             if severity is None:
                 continue
@@ -89,13 +93,16 @@ class SyncRule(Rule):
                         "busy GPU gains nothing from a host that stops waiting"))
 
     @staticmethod
-    def _gpu_idle(ctx: AnalysisContext, owner: int) -> float:
-        """GPU idle time in the function invocation around ``owner``: its lines' host time
-        (operators plus waits) minus what their kernels and copies kept the GPU busy."""
+    def _gpu_idle(ctx: AnalysisContext, owner: int, syncs: float) -> float:
+        """GPU idle time in the loop around ``owner``: the host time (operators plus waits) of
+        the lines of its function that ran at least once per sync, minus what their kernels and
+        copies kept the GPU busy. Lines run less often (setup, warm-up, first-call costs) are
+        outside the loop that the sync serializes."""
         node = ctx.tree.nodes[owner]
+        op_count = ctx.inc("op.count")
         lines = [c for c in ctx.tree.nodes[node.parent].children
                  if (ctx.tree.nodes[c].frame.file, ctx.tree.nodes[c].frame.name)
-                 == (node.frame.file, node.frame.name)] if owner > 0 else [owner]
+                 == (node.frame.file, node.frame.name) and (c == owner or op_count[c] >= syncs)]
         host = sum(ctx.inc("op.time")[n] + ctx.inc("sync.wait")[n] for n in lines)
         busy = sum(ctx.inc(m)[n] for n in lines for m in ("gpu.time", "memcpy.time", "memset.time"))
         return max(0.0, host - busy)
