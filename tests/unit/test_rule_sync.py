@@ -57,14 +57,24 @@ def test_wait_on_a_busy_gpu_gains_nothing():
     assert run(tree) == []
 
 
-def test_gain_is_capped_by_the_gpu_idle_time():
-    # host 0.95 s ops + 0.3 s waits, GPU busy 1.1 s: at most 0.15 s of idle GPU to win back
+def test_host_bound_loop_gains_the_whole_wait():
+    # 0.95 s of ops launch 0.8 s of GPU work: the GPU idles through every wait
     frames = [user(12), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
     tree = build([REST, (frames, {"sync.wait": 0.3, "sync.count": 100}),
-                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 1.1, "gpu.launches": 10})])
+                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 0.8, "gpu.launches": 10})])
     (f,) = run(tree)
-    assert abs(f.estimated_gain.seconds - 0.15) < 1e-9
+    assert abs(f.estimated_gain.seconds - 0.3) < 1e-9
     assert f.evidence["sync_wait_s"] == 0.3
+
+
+def test_gpu_bound_loop_loses_one_launch_per_sync():
+    # GPU busy 1.1 s >= host 0.95 s: the launches overlap the GPU; each of the 100 syncs idles
+    # it for one launch's host time, 0.95 s / 1000 launches
+    frames = [user(12), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    tree = build([REST, (frames, {"sync.wait": 0.3, "sync.count": 100}),
+                  ([user(30), op("aten::addmm"), op("k")], {"gpu.time": 1.1, "gpu.launches": 1000})])
+    (f,) = run(tree)
+    assert abs(f.estimated_gain.seconds - 0.095) < 1e-9
 
 
 def test_a_sync_run_a_few_times_is_not_hot():
@@ -76,12 +86,13 @@ def test_a_sync_run_a_few_times_is_not_hot():
 
 def test_setup_lines_run_less_often_than_the_sync_stay_outside_its_loop():
     # line 5 (warm-up, 3 calls with a 0.9 s first-call cost) is not in the loop of the 20 syncs
-    # at line 12; the loop (line 10: 80 launches, GPU-bound) leaves the GPU idle ~10 ms
+    # at line 12: counted, it would make the loop look host-bound and the 0.25 s wait a warning;
+    # the loop itself (line 10: 80 launches, GPU-bound) idles the GPU 20 x 125 us: a note
     frames = [user(12), sync("cudaDeviceSynchronize")]
     tree = build([([user(5), op("aten::mm")], {"op.time": 0.9, "op.count": 3}),
                   ([user(5), op("aten::mm"), op("k")], {"gpu.time": 0.03, "gpu.launches": 3}),
                   ([user(10), op("aten::mm")], {"op.time": 0.01, "op.count": 80}),
                   ([user(10), op("aten::mm"), op("k")], {"gpu.time": 0.25, "gpu.launches": 80}),
                   (frames, {"sync.wait": 0.25, "sync.count": 20})])
-    (f,) = run(tree)  # with line 5 counted, the gain would be the whole 0.25 s wait
-    assert abs(f.estimated_gain.seconds - 0.01) < 1e-9 and f.severity == "note"
+    (f,) = run(tree)
+    assert abs(f.estimated_gain.seconds - 20 * 0.01 / 80) < 1e-9 and f.severity == "note"

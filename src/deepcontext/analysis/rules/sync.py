@@ -88,24 +88,31 @@ class SyncRule(Rule):
                 evidence={"sync_wait_s": w, "sync_count": int(count[owner]), "cause": what},
                 suggestion=_advice(what),
                 gain_seconds=gain,
-                method=("the blocked time, at most the GPU's idle time in the function around "
-                        "the sync (its lines' operator and wait time minus their GPU time): a "
-                        "busy GPU gains nothing from a host that stops waiting"))
+                method=("the blocked time, at most the GPU's idle time in the loop around the "
+                        "sync (its lines' operator and wait time minus their GPU time; on a "
+                        "GPU-bound loop one launch's host time per sync): a busy GPU gains "
+                        "nothing from a host that stops waiting"))
 
     @staticmethod
     def _gpu_idle(ctx: AnalysisContext, owner: int, syncs: float) -> float:
-        """GPU idle time in the loop around ``owner``: the host time (operators plus waits) of
-        the lines of its function that ran at least once per sync, minus what their kernels and
-        copies kept the GPU busy. Lines run less often (setup, warm-up, first-call costs) are
-        outside the loop that the sync serializes."""
+        """GPU time idle because of the syncs at ``owner``, estimated over its loop: the lines
+        of its function that ran at least once per sync (setup, warm-up and first-call costs run
+        less often and stay out). Host-bound loop (operator time H >= GPU busy time G): the GPU
+        idles H + waits - G. GPU-bound loop: the host's launches overlap the GPU's work, and the
+        GPU only idles from each sync's return to its next launch, one launch's host time."""
         node = ctx.tree.nodes[owner]
         op_count = ctx.inc("op.count")
         lines = [c for c in ctx.tree.nodes[node.parent].children
                  if (ctx.tree.nodes[c].frame.file, ctx.tree.nodes[c].frame.name)
                  == (node.frame.file, node.frame.name) and (c == owner or op_count[c] >= syncs)]
-        host = sum(ctx.inc("op.time")[n] + ctx.inc("sync.wait")[n] for n in lines)
+        host = sum(ctx.inc("op.time")[n] for n in lines)
+        waits = sum(ctx.inc("sync.wait")[n] for n in lines)
         busy = sum(ctx.inc(m)[n] for n in lines for m in ("gpu.time", "memcpy.time", "memset.time"))
-        return max(0.0, host - busy)
+        idle = max(0.0, host + waits - busy)
+        launches = sum(ctx.inc("gpu.launches")[n] for n in lines)
+        if busy >= host and launches > 0:
+            idle = min(idle, syncs * host / launches)
+        return idle
 
     def _cpu_only(self, ctx: AnalysisContext) -> Iterator[Finding]:
         for owner, sites in ctx.sites_by_owner.items():
