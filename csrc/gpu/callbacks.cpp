@@ -36,11 +36,12 @@ enum ApiClass : uint8_t {
   kCopy,            // async copy or memset: context only
   kBlockingCopy,    // synchronous copy: context, and the host time is a sync wait
   kSync,            // explicit synchronize: host time is a sync wait
+  kInit,            // context creation, module loading: one-time host cost (gpu.init)
 };
 
 constexpr uint32_t kMaxCbid = 2048;
 uint8_t g_class[2][kMaxCbid];  // [0] runtime, [1] driver
-uint32_t m_sync_wait = 0, m_sync_count = 0;
+uint32_t m_sync_wait = 0, m_sync_count = 0, m_gpu_init = 0;
 std::atomic<uint32_t> g_no_python_node{0};
 
 bool starts(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
@@ -58,6 +59,11 @@ ApiClass classify(const char* n) {
                         "cudaEventSynchronize", "cuCtxSynchronize", "cuStreamSynchronize",
                         "cuEventSynchronize"})
     if (starts(n, p)) return kSync;
+  // The first CUDA call of a process pays for the context (~0.1-0.5 s) and each module's first
+  // use for its loading: set-up, not the steady state that the analyzer's rules judge.
+  for (const char* p : {"cuInit", "cuDevicePrimaryCtxRetain", "cuCtxCreate", "cuModuleLoad",
+                        "cuLibraryLoad"})
+    if (starts(n, p)) return kInit;
   return kNone;
 }
 
@@ -71,6 +77,14 @@ struct ApiScope {
   int64_t t0 = 0;
 };
 thread_local ApiScope t_api;
+
+// Set-up calls, timed on their own (they can run inside a tracked call, e.g. a first launch).
+struct InitScope {
+  int depth = 0;
+  uint32_t node = 0;
+  int64_t t0 = 0;
+};
+thread_local InitScope t_init;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -101,9 +115,29 @@ void charge_sync(uint32_t node, const char* api, int64_t ns) {
   t.add(s, m_sync_count, 1.0);
 }
 
+void charge_init(uint32_t node, int64_t ns) {
+  if (node == kIgnored) return;
+  Tree& t = tree();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (node < t.nodes.size()) t.add(node, m_gpu_init, ns * 1e-9);
+}
+
+void on_init(const CUpti_CallbackData* cb) {
+  InitScope& s = t_init;
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    if (s.depth++ == 0) {
+      s.node = context_node();
+      s.t0 = now_ns();
+    }
+  } else if (s.depth > 0 && --s.depth == 0) {
+    charge_init(s.node, now_ns() - s.t0);
+  }
+}
+
 void on_api(int domain_index, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   uint8_t cls = cbid < kMaxCbid ? g_class[domain_index][cbid] : uint8_t(kNone);
   if (cls == kNone) return;
+  if (cls == kInit) return on_init(cb);
   ApiScope& s = t_api;
   uint32_t gen = g_generation.load(std::memory_order_relaxed);
   if (s.generation != gen) {
@@ -161,6 +195,7 @@ void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData* rd) {
 void init_metrics() {
   m_sync_wait = dc::metric_id("sync.wait");
   m_sync_count = dc::metric_id("sync.count");
+  m_gpu_init = dc::metric_id("gpu.init");
 }
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

@@ -34,13 +34,18 @@ def line_of(program: Path, marker: str) -> int:
                 if t.rstrip().endswith(f"# {marker}"))
 
 
-def analyzed(tmp_path: Path, program: Path, variant: str) -> list[dict]:
+def recorded(tmp_path: Path, program: Path, variant: str) -> Path:
     out = tmp_path / f"{program.stem}_{variant}.dcprof"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     rec = subprocess.run([sys.executable, "-m", "deepcontext", "record", "-o", str(out), "--",
                           sys.executable, str(program), variant], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path, env=env)
     assert rec.returncode == 0, rec.stderr[-3000:]
+    return out
+
+
+def analyzed(tmp_path: Path, program: Path, variant: str) -> list[dict]:
+    out = recorded(tmp_path, program, variant)
     proc = subprocess.run([sys.executable, "-m", "deepcontext", "analyze", str(out), "--format",
                            "json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -61,3 +66,24 @@ def test_rule_fires_before_the_fix_and_nothing_warns_after(tmp_path, stem, rule,
     assert [(g["rule"], g["title"]) for g in after if g["severity"] != "note"
             and g["rule"] not in STILL_TRUE_AFTER.get(stem, ())] == []
     assert [g for g in after if g["rule"] == rule] == []
+    # set-up lines (before `def step`) pay CUDA's one-time costs: never a finding's location
+    setup_end = line_of_text(program, "def step")
+    assert [(g["rule"], g["location"]["line"]) for g in before + after
+            if g["severity"] != "note" and g["location"]["file"] == str(program)
+            and g["location"]["line"] < setup_end] == []
+
+
+def line_of_text(program: Path, text: str) -> int:
+    return next(i for i, t in enumerate(program.read_text().splitlines(), 1) if t.startswith(text))
+
+
+def test_cuda_setup_is_recorded_as_gpu_init(tmp_path):
+    from deepcontext.tree import load
+
+    program = FIXES / "memcpy.py"
+    tree = load(recorded(tmp_path, program, "before"))
+    init = [(tree.inclusive(n.id, "gpu.init"), n) for n in tree.nodes
+            if n.frame.kind == "python" and n.frame.file == str(program)]
+    total, first = max(init, key=lambda x: x[0])
+    assert total > 0.01, "creating the CUDA context takes tens of milliseconds at least"
+    assert first.frame.line < line_of_text(program, "def step")

@@ -54,3 +54,14 @@ def test_launch_bound_line_fires_on_gpu_profiles():
 
 def test_launch_bound_quiet_when_host_is_under_three_times_gpu():
     assert run(gpu_tree(0.14)) == []
+
+
+def test_one_time_cuda_setup_is_not_launch_overhead():
+    # line 9 created the CUDA context (0.13 s of gpu.init) inside its first torch.ones
+    def tree(init):
+        return build([([user(30), op("aten::mm")], {"op.time": 0.5, "op.count": 100}),
+                      ([user(30), op("aten::mm"), kernel("gemm")], {"gpu.time": 0.45, "gpu.launches": 100}),
+                      ([user(9), op("aten::ones")], {"op.time": 0.131, "op.count": 200, "gpu.init": init}),
+                      ([user(9), op("aten::ones"), kernel("fill")], {"gpu.time": 155e-6, "gpu.launches": 200})])
+    assert [f.location.line for f in analyze(tree(0.0), rules=[CpuLatencyRule()])] == [9]
+    assert analyze(tree(0.13), rules=[CpuLatencyRule()]) == []

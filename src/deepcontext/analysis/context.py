@@ -53,8 +53,10 @@ class AnalysisContext:
 
     def host_time(self, node: int) -> float:
         """Host seconds spent in a context: sampled CPU time or measured operator wall time,
-        whichever is larger (sampling misses short contexts; op time misses Python time)."""
-        return max(self.inc("cpu.time")[node], self.inc("op.time")[node])
+        whichever is larger (sampling misses short contexts; op time misses Python time), less
+        the one-time CUDA set-up (context creation, module loading) that ran inside it."""
+        return max(0.0, max(self.inc("cpu.time")[node], self.inc("op.time")[node])
+                   - self.inc("gpu.init")[node])
 
     @cached_property
     def has_gpu(self) -> bool:

@@ -28,6 +28,8 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("memset.count", "count", "memsets"),
         MetricInfo("sync.wait", "s", "host time blocked waiting for the GPU"),
         MetricInfo("sync.count", "count", "host-device synchronizations"),
+        MetricInfo("gpu.init", "s", "host time creating the CUDA context and loading modules "
+                                    "(one-time set-up)"),
         MetricInfo("native.samples", "count", "samples that carried a native stack"),
     )
 }

@@ -39,14 +39,16 @@ class CpuLatencyRule(Rule):
 
     def _launch_bound(self, ctx: AnalysisContext) -> Iterator[Finding]:
         gpu, launches = ctx.inc("gpu.time"), ctx.inc("gpu.launches")
-        cpu, ops = ctx.inc("cpu.time"), ctx.inc("op.time")
+        cpu, ops, init = ctx.inc("cpu.time"), ctx.inc("op.time"), ctx.inc("gpu.init")
         for owner in ctx.user_nodes():
             if launches[owner] <= 0:
                 continue
             inner = self._child_owners(ctx, owner)
-            # sampled CPU time, or operator wall time (launches included) when sampling missed it
+            # sampled CPU time, or operator wall time (launches included) when sampling missed
+            # it, less the one-time CUDA set-up that the line happened to trigger
             host = max(cpu[owner] - sum(cpu[c] for c in inner),
-                       ops[owner] - sum(ops[c] for c in inner))
+                       ops[owner] - sum(ops[c] for c in inner)) - (
+                init[owner] - sum(init[c] for c in inner))
             dev = gpu[owner] - sum(gpu[c] for c in inner)
             n = launches[owner] - sum(launches[c] for c in inner)
             if n <= 0 or host < self.t("min_host_to_gpu") * dev:
