@@ -45,6 +45,9 @@ class SyncRule(Rule):
     thresholds = {
         "min_syncs": Threshold(10, "a sync run a few times (after warm-up, at the end) is not in "
                                    "hot code; a per-step sync runs once per step"),
+        "launch_latency_s": Threshold(50e-6, "after a sync returns, a GPU-bound loop's GPU "
+                                             "waits for the next launch: 5-20 us, 50 us with "
+                                             "Python in between"),
         "min_cpu_calls": Threshold(100, "on CPU-only profiles: fewer calls are epoch-level "
                                         "logging, not a per-step sync"),
     }
@@ -90,16 +93,16 @@ class SyncRule(Rule):
                 gain_seconds=gain,
                 method=("the blocked time, at most the GPU's idle time in the loop around the "
                         "sync (its lines' operator and wait time minus their GPU time; on a "
-                        "GPU-bound loop one launch's host time per sync): a busy GPU gains "
+                        "GPU-bound loop one launch's latency per sync): a busy GPU gains "
                         "nothing from a host that stops waiting"))
 
-    @staticmethod
-    def _gpu_idle(ctx: AnalysisContext, owner: int, syncs: float) -> float:
+    def _gpu_idle(self, ctx: AnalysisContext, owner: int, syncs: float) -> float:
         """GPU time idle because of the syncs at ``owner``, estimated over its loop: the lines
         of its function that ran at least once per sync (setup, warm-up and first-call costs run
         less often and stay out). Host-bound loop (operator time H >= GPU busy time G): the GPU
         idles H + waits - G. GPU-bound loop: the host's launches overlap the GPU's work, and the
-        GPU only idles from each sync's return to its next launch, one launch's host time."""
+        GPU only idles from each sync's return to its next launch: one launch's host time, at
+        most ``launch_latency_s`` (an op's host time can include blocking that overlaps)."""
         node = ctx.tree.nodes[owner]
         op_count = ctx.inc("op.count")
         lines = [c for c in ctx.tree.nodes[node.parent].children
@@ -111,7 +114,7 @@ class SyncRule(Rule):
         idle = max(0.0, host + waits - busy)
         launches = sum(ctx.inc("gpu.launches")[n] for n in lines)
         if busy >= host and launches > 0:
-            idle = min(idle, syncs * host / launches)
+            idle = min(idle, syncs * min(host / launches, self.t("launch_latency_s")))
         return idle
 
     def _cpu_only(self, ctx: AnalysisContext) -> Iterator[Finding]:
