@@ -84,3 +84,22 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "is in neither profile" in capsys.readouterr().err
     assert main(["diff", str(b), str(tmp_path / "missing.dcprof")]) == 2
     assert main(["diff", str(b), str(b), "--threshold", "2"]) == 2
+
+
+def test_cli_points_to_the_metric_that_changed(tmp_path, capsys):
+    # a copy fix: kernels unchanged, copy time 4x shorter
+    from deepcontext.analysis.testing import memcpy
+
+    def tree(copy_time):
+        return build([([user(20), op("aten::_to_copy"), memcpy("HtoD", copy_time < 0.01)],
+                       {"memcpy.time": copy_time, "memcpy.bytes": 1e9, "memcpy.count": 20}),
+                      ([user(21), op("aten::conv2d"), kernel("conv")], {"gpu.time": 0.004,
+                                                                        "gpu.launches": 20})])
+    b, a = tmp_path / "b.dcprof", tmp_path / "a.dcprof"
+    save(tree(0.02), b)
+    save(tree(0.005), a)
+    assert main(["diff", str(b), str(a)]) == 0
+    out = capsys.readouterr().out
+    assert "total memcpy.time: 20ms -> 5ms" in out
+    assert "no context changed by 1% of the total or more; memcpy.time changed most: try " \
+           "--metric memcpy.time" in out

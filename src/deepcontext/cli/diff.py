@@ -88,6 +88,20 @@ def _fmt(metric: str, value: float) -> str:
     return format_value(value, unit_of(metric))
 
 
+_TOTALS = ("op.count", "op.time", "gpu.launches", "gpu.time", "sync.wait", "memcpy.time",
+           "memcpy.bytes")
+
+
+def _hint(d: ProfileDiff, metric: str) -> str:
+    """Where nothing changed in ``metric``: the time metric that changed most, if any did."""
+    best, name = 0.0, ""
+    for other in ("gpu.time", "memcpy.time", "sync.wait", "op.time", "cpu.time"):
+        b, a = d.totals_before.get(other, 0.0), d.totals_after.get(other, 0.0)
+        if other != metric and max(a, b) > 0 and abs(b - a) / max(a, b) > max(best, 0.1):
+            best, name = abs(b - a) / max(a, b), other
+    return f"; {name} changed most: try --metric {name}" if name else ""
+
+
 def to_text(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace) -> str:
     m = d.metric
     tb, ta = d.totals_before.get(m, 0.0), d.totals_after.get(m, 0.0)
@@ -99,13 +113,14 @@ def to_text(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace) -
     if pt:
         out.append(f"profiled time outside imports: {format_value(d.time_before, 's')} -> "
                    f"{format_value(d.time_after, 's')}  speedup {pt:.2f}x")
-    for other in ("op.count", "gpu.launches", "gpu.time", "sync.wait", "memcpy.bytes"):
+    for other in _TOTALS:
         if other != m and (d.totals_before.get(other) or d.totals_after.get(other)):
             out.append(f"total {other}: {_fmt(other, d.totals_before.get(other, 0.0))} -> "
                        f"{_fmt(other, d.totals_after.get(other, 0.0))}")
     out.append("")
     if not rows:
-        out.append(f"no context changed by {100 * args.threshold:g}% of the total or more")
+        out.append(f"no context changed by {100 * args.threshold:g}% of the total or more"
+                   + _hint(d, m))
     for r in rows:
         delta = r.delta(m)
         sign = "+" if delta > 0 else "-"
