@@ -4,6 +4,12 @@
 #   bash tests/gpu/device_run.sh [bench args...]
 set -u
 OUT=${OUT:-/tmp/dc-gpu-out}
+# libunwind/libdw carried in an ignored folder (the H200 image has neither; docs/native-frames.md)
+NATIVE_LIBS=${NATIVE_LIBS:-$PWD/.gl}
+if [ -f "$NATIVE_LIBS/libunwind.so.8" ]; then
+  export LD_LIBRARY_PATH="$NATIVE_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export DEEPCONTEXT_LIBUNWIND="$NATIVE_LIBS/libunwind.so.8"
+fi
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 {
@@ -23,7 +29,10 @@ time python3 -m deepcontext record -o "$OUT/known.dcprof" -- python3 "$OLDPWD/te
 python3 -m deepcontext report "$OUT/known.dcprof" --threshold 0 > "$OUT/report.txt" 2>&1
 head -60 "$OUT/report.txt"
 echo "== gpu tests"
-python3 -m pytest -q -m gpu -p no:cacheprovider "$OLDPWD/tests/gpu" -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+python3 -m pytest -q -m gpu -p no:cacheprovider "$OLDPWD/tests/gpu" \
+  "$OLDPWD/tests/reliability/test_gpu_faults.py" -rA 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+echo "== native tests (CPython of this machine)"
+python3 -m pytest -q -p no:cacheprovider "$OLDPWD/tests/native" -rfE 2>&1 | tee "$OUT/native_tests.log" | tail -5
 cd "$OLDPWD" || exit 1
 echo "== launch cost (separate processes, 2 rounds)"
 for round in $(seq "${LAUNCH_ROUNDS:-2}"); do
