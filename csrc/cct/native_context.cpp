@@ -132,6 +132,13 @@ NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uint
   return out;
 }
 
+uint32_t place_native_only(Tree& t, uint32_t base, const uintptr_t* ips, int n_ips,
+                           bool leaf_is_pc) {
+  uint32_t node = base;
+  for (int i = n_ips - 1; i >= 0; --i) node = t.child(node, native_frame_at(t, ips, i, leaf_is_pc));
+  return node;
+}
+
 void describe_native_frames(Tree& t) {
   for (size_t i = t.natives_described_upto; i < t.frames.size(); ++i) {
     NativeFrame& f = t.frames[i];

@@ -38,6 +38,11 @@ NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_r
 NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
                          int n_ips, const char* op_name, bool leaf_is_pc = false);
 
+// A thread that runs no Python and no operator (an OpenMP/intra-op worker): its native frames,
+// outermost first, under `base` (its "[thread] <name>" node). Tree lock held.
+uint32_t place_native_only(Tree& t, uint32_t base, const uintptr_t* ips, int n_ips,
+                           bool leaf_is_pc);
+
 // Symbolizes native frames added since the last call (tree lock held; off the hot path).
 void describe_native_frames(Tree& t);
 

@@ -2,8 +2,11 @@
 // reads (Python frames, the operator stack top, native return addresses) into the thread's ring,
 // and the drain that folds the ring into the tree.
 #include <errno.h>
+#include <link.h>
 #include <signal.h>
+#include <ucontext.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "../callpath/native_stack.h"
@@ -15,6 +18,58 @@ bool g_native_in_handler = false;  // libunwind (async-signal-safe) unwinds in t
 
 namespace {
 int g_magic;  // its address tags our timer signals
+
+// Executable code of the allocator's library (libc, or an interposed malloc): a thread
+// interrupted there may hold malloc's lock, so its first unwind (which mallocs libunwind's TLS)
+// must wait for another sample. Found once, outside the handler.
+uintptr_t g_alloc_lo = 0, g_alloc_hi = 0;
+
+void find_allocator_code() {
+  if (g_alloc_hi != 0) return;
+  struct Range {
+    uintptr_t target, lo, hi;
+  } r{reinterpret_cast<uintptr_t>(&malloc), 0, 0};
+  // The executable segment that holds malloc (dl_iterate_phdr: outside the handler only).
+  dl_iterate_phdr(
+      [](dl_phdr_info* obj, size_t, void* data) {
+        auto* r = static_cast<Range*>(data);
+        for (int i = 0; i < obj->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = obj->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          uintptr_t lo = obj->dlpi_addr + ph.p_vaddr;
+          if (r->target >= lo && r->target < lo + ph.p_memsz) {
+            r->lo = lo;
+            r->hi = lo + ph.p_memsz;
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &r);
+  g_alloc_lo = r.lo;
+  g_alloc_hi = r.hi;
+}
+
+uintptr_t interrupted_pc(const void* uctx) {
+  const auto* uc = static_cast<const ucontext_t*>(uctx);
+#if defined(__x86_64__)
+  return static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<uintptr_t>(uc->uc_mcontext.pc);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// May this sample unwind? Always once the thread has unwound before; the first time only if
+// it was interrupted outside the allocator (so the TLS malloc cannot wait on its own lock).
+bool may_unwind(ThreadState* s, const void* uctx) {
+  if (!g_native_in_handler) return false;
+  if (s->native_ready.load(std::memory_order_acquire)) return true;
+  uintptr_t pc = uctx ? interrupted_pc(uctx) : 0;
+  return pc != 0 && g_alloc_hi > g_alloc_lo && (pc < g_alloc_lo || pc >= g_alloc_hi);
+}
 struct sigaction g_old_action;
 bool g_handler_installed = false;
 
@@ -49,9 +104,8 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
         smp.op_native_cut = top.native_cut;
       }
       // skip 2: this handler and the kernel's signal trampoline.
-      smp.n_ips = g_native_in_handler && s->native_ready.load(std::memory_order_acquire)
-                      ? native::backtrace(smp.ips, kMaxNative, 2)
-                      : 0;
+      smp.n_ips = may_unwind(s, uctx) ? native::backtrace(smp.ips, kMaxNative, 2) : 0;
+      if (smp.n_ips > 0) s->native_ready.store(true, std::memory_order_release);
       smp.n = g_opts.python
                   ? dc_walk_python_checked(dc_this_thread_state(), smp.frames, kMaxPyDepth)
                   : 0;
@@ -112,8 +166,8 @@ void drain_locked(Tree& t, ThreadState* s) {
     top.native_cut = smp.op_native_cut;
     NativePlace np;
     uint32_t node;
-    if (smp.n == 0 && !smp.has_op && s->thread_node != 0)
-      node = s->thread_node;  // a worker thread outside Python and operators
+    if (smp.n == 0 && !smp.has_op && s->thread_node != 0)  // a worker outside Python and ops
+      node = place_native_only(t, s->thread_node, smp.ips, smp.n_ips, /*leaf_is_pc=*/true);
     else if (native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n,
                           smp.has_op ? &top : nullptr, nullptr, &np, /*leaf_is_pc=*/true))
       node = np.node;
@@ -127,6 +181,7 @@ void drain_locked(Tree& t, ThreadState* s) {
 }
 
 void install_handler() {
+  find_allocator_code();
   if (g_handler_installed) return;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));

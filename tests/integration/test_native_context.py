@@ -105,3 +105,20 @@ def test_profile_says_which_unwinder_ran(tmp_path):
     meta = loaded(out).metadata
     assert meta["native"]["unwinder"] == _core.native_info()["unwinder"]
     assert meta["native"]["unpaired_events"] == 0
+
+
+def test_intra_op_workers_show_their_native_frames(tmp_path):
+    # torch's OpenMP workers run no Python and no operator callback: their samples hang under
+    # "[thread] <name>" with the native stack below it (BLAS kernels of the matmul)
+    proc, out = record(tmp_path, "intraop_threads.py",
+                       options=("--context", "python,op,native", "--sample-interval", "0.002"))
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    workers = [n for n in tree.nodes if n.frame.kind == "thread" and n.parent == 0]
+    total = sum(tree.inclusive(w.id, "cpu.time") for w in workers)
+    native = [c for w in workers for c in tree.walk(w.id) if c.frame.kind == "native"]
+    assert total > 0.02
+    # most worker time ends in a native frame (a thread's first samples may come before its
+    # first safe unwind); the leaves are torch's compute code (MKL/oneDNN/OpenMP inside torch)
+    assert sum(tree.exclusive(c.id, "cpu.time") for c in native) >= 0.5 * total
+    assert any("torch" in c.frame.file or "omp" in c.frame.file for c in native)

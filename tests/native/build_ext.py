@@ -23,6 +23,17 @@ def build(out_dir: Path) -> Path:
     return out
 
 
+def build_malloc_threads(out_dir: Path) -> Path:
+    """Compiles ext/malloc_threads.c (C threads that live in malloc) into a plain library."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc/cc) to build the test library")
+    out = out_dir / "libdc_malloc_threads.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-g", "-O1", str(SOURCE.parent / "malloc_threads.c"),
+                    "-o", str(out), "-lpthread"], check=True, capture_output=True, text=True)
+    return out
+
+
 def call_lines() -> dict[str, int]:
     """Line of each `/* call:X */` marker in the source: where dcn_chain_X makes its call."""
     lines = {}

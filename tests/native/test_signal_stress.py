@@ -43,3 +43,30 @@ def test_fresh_threads_sampled_inside_malloc_do_not_deadlock(tmp_path):
         capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.slow
+def test_c_threads_living_in_malloc_get_native_frames_without_deadlock(tmp_path):
+    # C threads are sampled (found by the /proc scan) but never unwind outside the handler:
+    # their first unwind happens in it, on a sample taken outside the allocator, and from then
+    # on their samples carry native frames (`churn`, the C function they run)
+    if os.environ.get("DEEPCONTEXT_CORE_DIR"):
+        pytest.skip("records with the installed package, not a standalone core")
+    from build_ext import build_malloc_threads
+
+    lib = build_malloc_threads(tmp_path)
+    out = tmp_path / "cthreads.dcprof"
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "record", "-o", str(out), "--context",
+         "python,native", "--sample-interval", "0.0002", "--flush-interval", "0.2", "--",
+         sys.executable, str(Path(__file__).parent / "_malloc_threads.py"), str(lib), "4", "3"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.strip() == "threads 4"
+    from deepcontext.tree import load
+
+    tree = load(out)
+    workers = [n for n in tree.nodes if n.frame.kind == "thread" and n.parent == 0]
+    assert sum(tree.inclusive(w.id, "cpu.time") for w in workers) > 1.0
+    assert any(c.frame.kind == "native" and c.frame.name == "churn"
+               for w in workers for c in tree.walk(w.id))
