@@ -357,10 +357,8 @@ uint32_t current_node() {
     *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
     return np.node;
   }
-  if (d > 0) {
-    const OpEntry& top = s->ops[d - 1];
-    return node_for(t, live, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);
-  }
+  if (top != nullptr)
+    return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame, nullptr);
   return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
 }
 
