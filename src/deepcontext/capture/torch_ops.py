@@ -1,7 +1,9 @@
 """The PyTorch operator layer, in two tiers.
 
 1. A RecordFunction callback compiled at first use against the installed torch (~0.3 us/op),
-   cached per torch version under ``$DEEPCONTEXT_CACHE`` (default ``~/.cache/deepcontext``).
+   cached under ``$DEEPCONTEXT_CACHE`` (default ``~/.cache/deepcontext``), keyed by everything the
+   build depends on (torch, Python, the core's API and the hook's own source and headers), so two
+   installs of different deepcontext versions never rebuild each other's hook.
 2. Where that cannot be built (no compiler, no ninja), a ``TorchDispatchMode`` feeding the same
    core (~3 us/op; sees aten ops below autograd, so composites such as ``aten::linear`` appear
    as their parts). Set ``DEEPCONTEXT_TORCH_TIER=dispatch`` to force it.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import sys
@@ -38,7 +41,17 @@ def cache_dir() -> Path:
 def _hook_name(torch: Any) -> str:
     tag = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
     py = f"{sys.version_info.major}{sys.version_info.minor}"
-    return f"dc_torch_hook_api{core.API_VERSION}_torch{tag}_py{py}"
+    return f"dc_torch_hook_api{core.API_VERSION}_torch{tag}_py{py}_{_sources_digest()}"
+
+
+def _sources_digest() -> str:
+    """A digest of the hook's inputs: its source, every header beside it, torch's install path."""
+    source, includes = _hook_sources()
+    h = hashlib.sha256(source.read_bytes())
+    for folder in includes:
+        for header in sorted(folder.glob("*.h")):
+            h.update(header.name.encode() + b"\0" + header.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
