@@ -1,0 +1,178 @@
+"""Overhead on third-party models (model_zoo.py), measured in paired blocks: in every round, each
+model runs one block of steps unprofiled and one under each profiler mode, in rotated order, and
+each mode's ratio is taken against the unprofiled block *of the same round*; the table gives the
+median of those paired ratios over rounds, for wall time and for the main thread's CPU time (the
+steadier measure on a shared machine). torch.profiler runs last, in its own rounds paired the same
+way, because once Kineto holds CUPTI deepcontext's GPU capture stays off in that process.
+
+    python benchmarks/models.py --device cuda --rounds 8 --markdown benchmarks/results/h200-DATE-models.md
+    python benchmarks/models.py --device cpu --small --models gpt2_train,bert_train --rounds 8
+
+Pristine blocks (before the first deepcontext session installs its idle operator hook) run first;
+``off x pristine`` says what the idle hook costs. Sessions flush every 0.5 s, so periodic flushes
+fall inside the timed blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import model_zoo
+import torch
+from overhead import machine, mib
+
+import deepcontext
+
+DEFAULT_MODES = ["python,op,gpu", "op", "gpu", "python", "python,op,native,gpu"]
+
+
+def sync(dev: str) -> None:
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float]:
+    """Wall and main-thread CPU seconds per step over n steps, the device synced at both ends."""
+    sync(dev)
+    t0, c0 = time.perf_counter(), time.thread_time()
+    for _ in range(n):
+        step()
+        tick()
+    sync(dev)
+    return (time.perf_counter() - t0) / n, (time.thread_time() - c0) / n
+
+
+def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
+    """One block under ``mode`` ('off', 'torch' or a deepcontext context spec)."""
+    if mode == "off":
+        wall, cpu = block(step, n, dev)
+        return {"wall": wall, "cpu": cpu}
+    out = tmp / f"{mode.replace(',', '_')}-{time.monotonic_ns()}"
+    if mode == "torch":
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if dev.startswith("cuda"):
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof:
+            block(step, 1, dev, prof.step)
+            wall, cpu = block(step, n, dev, prof.step)
+        prof.export_chrome_trace(str(out))
+        size = out.stat().st_size
+        out.unlink()
+        return {"wall": wall, "cpu": cpu, "size": size}
+    context, _, interval = mode.partition("@")  # "python,op@0": CPU sampler off
+    extra = {"sample_interval": float(interval)} if interval else {}
+    with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5,
+                             **extra) as prof:
+        block(step, 1, dev, prof.step)  # new contexts of a fresh session, outside the window
+        wall, cpu = block(step, n, dev, prof.step)
+    tree = deepcontext.load(out)
+    res = {"wall": wall, "cpu": cpu, "size": out.stat().st_size, "nodes": len(tree),
+           "ops": tree.total("op.count") / (n + 1), "launches": tree.total("gpu.launches") / (n + 1),
+           "notes": list(tree.metadata.get("notes", []))}
+    out.unlink()
+    return res
+
+
+def paired(rounds: list[dict], mode: str, key: str) -> tuple[float, float, float]:
+    """Median, min and max over rounds of mode/off in the same round."""
+    ratios = [r[mode][key] / r["off"][key] for r in rounds]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--models", default=",".join(model_zoo.MODELS))
+    p.add_argument("--mode", action="append", metavar="CONTEXT",
+                   help="a deepcontext context spec[@sample interval], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--small", action="store_true", help="CPU-sized configs")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--markdown")
+    p.add_argument("--json")
+    args = p.parse_args()
+    args.command = shlex.join(["python", *sys.argv])
+    modes = args.mode or DEFAULT_MODES
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    steps, skipped = {}, {}
+    for name in args.models.split(","):
+        builder, n = model_zoo.MODELS[name]
+        try:
+            steps[name] = (builder(args.device, args.small), n)
+        except model_zoo.MissingLibrary as e:
+            skipped[name] = str(e)
+            continue
+        for _ in range(3):
+            block(steps[name][0], n, args.device)  # one-time costs (cuBLAS, cuDNN, allocator)
+    results: dict[str, dict] = {name: {"pristine": [], "rounds": [], "torch_rounds": []} for name in steps}
+    with tempfile.TemporaryDirectory(prefix="dc-models-") as d:
+        tmp = Path(d)
+        for name, (step, n) in steps.items():
+            for _ in range(max(3, args.rounds // 2)):
+                results[name]["pristine"].append(run("off", step, n, args.device, tmp))
+        phases = [["off", *modes]] + ([] if args.no_torch else [["off", "torch"]])
+        for phase, key in zip(phases, ["rounds", "torch_rounds"]):
+            for r in range(args.rounds):
+                for name, (step, n) in steps.items():
+                    order = phase[r % len(phase):] + phase[:r % len(phase)]
+                    got = {mode: run(mode, step, n, args.device, tmp) for mode in order}
+                    results[name][key].append(got)
+                    print(f"round {r + 1} {name}: " + " ".join(
+                        f"{m}={got[m]['wall'] * 1e3:.1f}ms" for m in phase), file=sys.stderr, flush=True)
+    text = report(results, modes, skipped, args)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": args.command, "machine": machine(),
+                                               "results": results, "skipped": skipped}, indent=1))
+    return 0
+
+
+def report(results: dict, modes: list[str], skipped: dict, args) -> str:
+    out = [f"# Overhead on third-party models, {args.device}, "
+           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "", f"Command: `{args.command}`", ""]
+    out += [f"- {line}" for line in machine()]
+    out += [f"- {args.rounds} rounds; in each, one block per mode in rotated order; ratios are "
+            "paired with the unprofiled block of the same round, then the median over rounds "
+            "(min-max beside it). CPU = the main thread's CPU time per step.", ""]
+    out += ["| model | off ms/step | off CPU ms | off x pristine | " + " | ".join(
+        f"{m} wall (range) | {m} CPU" for m in [*modes, "torch"]) + " | ops/step | launches/step | profile |",
+        "|---|" + "---:|" * (3 + 2 * (len(modes) + 1) + 3)]
+    for name, res in results.items():
+        rounds, trounds = res["rounds"], res["torch_rounds"]
+        off = statistics.median(r["off"]["wall"] for r in rounds)
+        off_cpu = statistics.median(r["off"]["cpu"] for r in rounds)
+        pristine = statistics.median(r["wall"] for r in res["pristine"])
+        cells = [name, f"{off * 1e3:.2f}", f"{off_cpu * 1e3:.2f}", f"{off / pristine:.3f}"]
+        for mode, rs in [*((m, rounds) for m in modes), ("torch", trounds)]:
+            if not rs:
+                cells += ["-", "-"]
+                continue
+            med, lo, hi = paired(rs, mode, "wall")
+            cells += [f"{med:.3f} ({lo:.2f}-{hi:.2f})", f"{paired(rs, mode, 'cpu')[0]:.3f}"]
+        first = rounds[0][modes[0]]
+        cells += [f"{first.get('ops', 0):.0f}", f"{first.get('launches', 0):.0f}",
+                  mib(statistics.median(r[modes[0]]["size"] for r in rounds))]
+        out.append("| " + " | ".join(cells) + " |")
+    notes = sorted({n for res in results.values() for r in res["rounds"] for m in modes
+                    for n in r[m].get("notes", [])})
+    if notes:
+        out += ["", "Notes in the profiles:", ""] + [f"- {n}" for n in notes]
+    if skipped:
+        out += ["", "Skipped:", ""] + [f"- {k}: {v}" for k, v in skipped.items()]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
