@@ -1,0 +1,109 @@
+"""Instructions per operator event, counted with valgrind's callgrind: deterministic on a busy or
+shared machine (the same binary and inputs give the same counts), so it measures what a change
+to the capture path buys where wall-clock benchmarks are noise-bound.
+
+Each mode runs in its own process under callgrind: a small Hugging Face GPT-2 (or, without
+transformers, the workloads' transformer block) trains a few steps on the CPU; the counters are
+zeroed before and dumped after the measured steps (markers: os.getppid / os.getpgrp), so imports
+and set-up are left out. Instructions per op = (mode - off) / operator events in those steps.
+
+    python benchmarks/op_instructions.py                    # off, op, python,op
+    python benchmarks/op_instructions.py --mode python,op,native --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import contextlib, os, sys, tempfile, torch
+torch.manual_seed(0); torch.set_num_threads(1)
+mode, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    import transformers
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1024)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    ids = torch.randint(0, 1024, (2, 32))
+    loss = lambda: model(input_ids=ids, labels=ids).loss
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[4])))
+    import workloads
+    step = workloads.build("transformer", "cpu")
+    loss = None
+if loss is not None:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss().backward()
+        opt.step()
+for _ in range(2):
+    step()
+import deepcontext
+prof = (contextlib.nullcontext() if mode == "off" else
+        deepcontext.profile(out, context=mode, sample_interval=0, flush_interval=1e6, force=True))
+with prof:
+    step(); step()      # first sightings of every context, outside the count
+    os.getppid()        # callgrind: zero the counters
+    for _ in range(steps):
+        step()
+    os.getpgrp()        # callgrind: dump
+"""
+
+FUNCS = {  # inclusive cost of these, per op event
+    "hook on_enter": r"on_enter\(at::RecordFunction",
+    "hook on_exit": r"on_exit\(at::RecordFunction",
+    "python walk": r"dc_walk_python",
+}
+
+
+def run(mode: str, steps: int, tmp: Path) -> dict:
+    out = tmp / f"{mode.replace(',', '_')}.dcprof"
+    script = tmp / "child.py"
+    script.write_text(CHILD)
+    cg = tmp / f"cg.{mode.replace(',', '_')}"
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}.%p",
+           "--zero-before=getppid", "--dump-before=getpgrp", sys.executable, str(script), mode,
+           str(steps), str(out), __file__]
+    subprocess.run(cmd, check=True, capture_output=True, text=True,
+                   env={**os.environ, "PYTHONHASHSEED": "0"})
+    (dump,) = [p for p in tmp.glob(f"{cg.name}.*.1")]
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
+                         capture_output=True, text=True, check=True).stdout
+    total = int(re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", ann).group(1).replace(",", ""))
+    res: dict = {"total": total, "ops": 0.0}
+    for label, pat in FUNCS.items():
+        m = re.search(r"^\s*([\d,]+) \([\s\d.]+%\)\s+.*" + pat, ann, re.M)
+        res[label] = int(m.group(1).replace(",", "")) if m else 0
+    if mode != "off":
+        import deepcontext
+        res["ops"] = deepcontext.load(out).total("op.count") * steps / (steps + 2)
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", action="append", help="context spec, repeatable (default op; python,op)")
+    p.add_argument("--steps", type=int, default=3)
+    args = p.parse_args()
+    modes = args.mode or ["op", "python,op"]
+    with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
+        tmp = Path(d)
+        off = run("off", args.steps, tmp)
+        print(f"off: {off['total']:,} instructions in {args.steps} steps")
+        for mode in modes:
+            r = run(mode, args.steps, tmp)
+            per = (r["total"] - off["total"]) / r["ops"]
+            parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS)
+            print(f"{mode}: +{(r['total'] / off['total'] - 1) * 100:.1f}% instructions, "
+                  f"{r['ops']:.0f} op events, +{per:.0f} instructions per op ({parts})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
