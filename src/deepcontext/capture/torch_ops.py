@@ -56,9 +56,16 @@ def _sources_digest() -> str:
 
 def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
     """Build (once) and import the RecordFunction hook. Raises on any failure."""
+    source, includes = _hook_sources()
+    return build_extension(torch, _hook_name(torch), source, includes, say,
+                           "the PyTorch operator hook")
+
+
+def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
+                    say: Callable[[str], None], what: str, **options: Any) -> Any:
+    """Build (once, cached under ``name``) and import a torch extension. Raises on any failure."""
     from torch.utils import cpp_extension
 
-    name = _hook_name(torch)
     build = cache_dir() / "torch_hook" / name
     build.mkdir(parents=True, exist_ok=True)
     built = list(build.glob(f"{name}*.so"))
@@ -68,9 +75,8 @@ def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
         fcntl.flock(lock, fcntl.LOCK_EX)
         (build / "lock").unlink(missing_ok=True)
         if not built:
-            say(f"deepcontext: compiling the PyTorch operator hook for torch {torch.__version__} "
+            say(f"deepcontext: compiling {what} for torch {torch.__version__} "
                 f"(once per torch version, about 20 s)")
-        source, includes = _hook_sources()
         with contextlib.redirect_stdout(sys.stderr):
             return cpp_extension.load(
                 name=name,
@@ -79,6 +85,7 @@ def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
                 extra_cflags=["-O2"],
                 build_directory=str(build),
                 verbose=False,
+                **options,
             )
 
 
@@ -121,6 +128,14 @@ class _DispatchTier:
 _compiled: Any = None
 
 
+def compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
+    """The compiled hook module, built and imported on first use (raises when it cannot be)."""
+    global _compiled
+    if _compiled is None:
+        _compiled = load_compiled_hook(torch, say)
+    return _compiled
+
+
 class _CompiledTier:
     """Handle of the compiled tier: closing disables the callback until the next session."""
 
@@ -133,13 +148,11 @@ class _CompiledTier:
 
 def enable(torch: Any, say: Callable[[str], None]) -> tuple[str, Any]:
     """Turn the operator layer on; returns (tier name, handle to close or None)."""
-    global _compiled
     if os.environ.get("DEEPCONTEXT_TORCH_TIER") != "dispatch":
         try:
-            if _compiled is None:
-                _compiled = load_compiled_hook(torch, say)
-            _compiled.install(core.c_api)
-            return "record_function", _CompiledTier(_compiled)
+            module = compiled_hook(torch, say)
+            module.install(core.c_api)
+            return "record_function", _CompiledTier(module)
         except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
             reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             say(f"deepcontext: could not build the PyTorch operator hook ({reason[:200]}); "

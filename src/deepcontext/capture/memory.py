@@ -1,0 +1,89 @@
+"""The memory layer's PyTorch side (docs/memory.md): the allocation reporter that c10's CPU and
+CUDA allocators call, given to every thread that runs the program, and the CUDA caching
+allocator's trace of segments, retries and OOMs. Both feed ``csrc/memory`` through the C API."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from . import threads, torch_ops
+from .native import core
+
+
+class MemoryLayer:
+    """The memory layer while a session runs; ``close()`` takes the reporter off this thread."""
+
+    def __init__(self, hook: Any, note: Callable[[str], None]) -> None:
+        self.hook = hook
+        self.note = note
+        if not hook.memory_attach(core.c_api):
+            note("memory: another profiler (torch.profiler?) holds this thread's memory "
+                 "reporting; its allocations are not attributed")
+        threads.on_new_thread(self._attach_here)
+
+    def _attach_here(self) -> None:
+        if not self.hook.memory_attach(core.c_api):
+            self.note("memory: another profiler holds a thread's memory reporting; "
+                      "its allocations are not attributed")
+
+    def close(self) -> None:
+        threads.forget_new_thread(self._attach_here)
+        with contextlib.suppress(Exception):
+            self.hook.memory_detach()
+
+
+def enable(torch: Any, say: Callable[[str], None], note: Callable[[str], None]) -> MemoryLayer | None:
+    """Turn allocation reporting on for this process; None (and a note) when it cannot be."""
+    try:
+        hook = torch_ops.compiled_hook(torch, say)
+    except Exception as e:  # noqa: BLE001 - any build failure turns the layer off, not the run
+        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        note(f"memory layer off: it needs the compiled PyTorch hook, which could not be built "
+             f"({reason[:160]})")
+        return None
+    layer = MemoryLayer(hook, note)
+    if getattr(torch.version, "cuda", None) and torch.cuda.is_available():
+        # The caching allocator has no devices to trace until CUDA is initialized.
+        torch.cuda._lazy_call(lambda: _trace_cuda_allocator(torch, say, note))
+    return layer
+
+
+_cuda_trace: Any = None
+
+
+def _cuda_trace_source() -> tuple[Path, list[Path]]:
+    source, includes = torch_ops._hook_sources()
+    installed = source.parent / "cuda_trace.cpp"
+    if installed.is_file():
+        return installed, includes
+    return source.parent.parent / "memory" / "cuda_trace.cpp", includes
+
+
+def _trace_cuda_allocator(torch: Any, say: Callable[[str], None],
+                          note: Callable[[str], None]) -> None:
+    # Runs inside torch.cuda's lazy init: whatever happens, the program's CUDA set-up goes on.
+    global _cuda_trace
+    try:
+        if _cuda_trace is None:
+            source, includes = _cuda_trace_source()
+            h = hashlib.sha256(source.read_bytes())
+            for folder in includes:
+                for header in sorted(folder.glob("*.h")):
+                    h.update(header.name.encode() + b"\0" + header.read_bytes())
+            tag = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
+            py = f"{sys.version_info.major}{sys.version_info.minor}"
+            name = f"dc_cuda_trace_api{core.API_VERSION}_torch{tag}_py{py}_{h.hexdigest()[:12]}"
+            _cuda_trace = torch_ops.build_extension(
+                torch, name, source, includes, say, "the CUDA allocator trace hook",
+                with_cuda=True)
+        reason = _cuda_trace.attach(core.c_api, torch.cuda.device_count())
+    except Exception as e:  # noqa: BLE001
+        text = str(e).strip().splitlines()
+        reason = f"could not build the trace hook ({(text[-1] if text else type(e).__name__)[:160]})"
+    if reason:
+        note(f"memory: CUDA allocator segments, retries and OOMs not tracked: {reason}")
