@@ -31,6 +31,23 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("gpu.init", "s", "host time creating the CUDA context and loading modules "
                                     "(one-time set-up)"),
         MetricInfo("native.samples", "count", "samples that carried a native stack"),
+        # The memory layer (docs/memory.md); mem.<device>.peak.bytes is the per-device peak.
+        MetricInfo("mem.alloc.bytes", "bytes", "bytes allocated by tensors at this context"),
+        MetricInfo("mem.alloc.count", "count", "tensor allocations at this context"),
+        MetricInfo("mem.peak.bytes", "bytes", "bytes allocated here and live at their device's "
+                                              "peak (summed over devices)"),
+        MetricInfo("mem.live.bytes", "bytes", "bytes allocated here and still live at the "
+                                              "snapshot"),
+        MetricInfo("mem.live.count", "count", "allocations made here and still live"),
+        MetricInfo("mem.segment.alloc.count", "count", "memory segments the caching allocator "
+                                                       "reserved from the device (cudaMalloc)"),
+        MetricInfo("mem.segment.alloc.bytes", "bytes", "bytes of those segments"),
+        MetricInfo("mem.segment.free.count", "count", "segments the caching allocator released "
+                                                      "(cudaFree)"),
+        MetricInfo("mem.segment.free.bytes", "bytes", "bytes of those segments"),
+        MetricInfo("mem.alloc.retries", "count", "allocations retried after freeing the cache "
+                                                 "(each synchronizes the device)"),
+        MetricInfo("mem.oom.count", "count", "out-of-memory errors"),
     )
 }
 
