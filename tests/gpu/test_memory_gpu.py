@@ -76,7 +76,6 @@ def test_training_peak_agrees_with_torch(train):
     assert abs(total - stats["max_allocated"]) <= 0.01 * stats["max_allocated"], (total, stats)
     assert untracked(tree, "mem.cuda0.peak.bytes") <= 0.01 * total
     assert "cuda0" in tree.metadata["memory"]["devices"]
-    assert tree.metadata["memory"]["unmatched_frees"] == 0
 
 
 def test_parameters_and_optimizer_state_hold_the_peak_at_their_lines(train):
