@@ -1,5 +1,7 @@
 #include "memory.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -64,6 +66,10 @@ uint32_t m_alloc_bytes, m_alloc_count, m_live_bytes, m_live_count, m_peak;
 uint32_t m_seg_alloc_count, m_seg_alloc_bytes, m_seg_free_count, m_seg_free_bytes, m_retries,
     m_ooms;
 
+// A forked child (a DataLoader worker) reports nothing: our lock may have been held by a
+// parent thread that does not exist in the child.
+void off_in_child() { g_active.store(false); }
+
 void forget(const LiveEntry& e) {
   Device& d = g_dev[e.slot];
   NodeMem& m = d.at(e.node);
@@ -87,7 +93,10 @@ void start() {
   m_retries = metric_id("mem.alloc.retries");
   m_ooms = metric_id("mem.oom.count");
   std::lock_guard<std::mutex> g(g_mu);
-  if (g_table == nullptr) g_table = new LiveTable();
+  if (g_table == nullptr) {
+    g_table = new LiveTable();
+    pthread_atfork(nullptr, nullptr, off_in_child);
+  }
   g_table->clear();
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
