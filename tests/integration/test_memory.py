@@ -113,6 +113,13 @@ def test_report_and_exports_carry_the_memory_metrics(profile, tmp_path):
     assert done.returncode == 0, done.stderr
     profiles = json.loads(speedscope.read_text())["profiles"]
     assert [p["unit"] for p in profiles if p["name"].startswith("mem.peak.bytes")] == ["bytes"]
+    page = tmp_path / "m.html"
+    done = subprocess.run([*run, "view", str(out), "-o", str(page), "--no-browser"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    assert ('{"name":"mem.cpu.peak.bytes","unit":"bytes","description":"bytes allocated here '
+            'and live at the cpu peak"}') in html
 
 
 def test_off_by_default(tmp_path):

@@ -55,6 +55,17 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
 DEFAULT_METRIC_ORDER = ("gpu.time", "cpu.time", "op.time", "op.count")
 
 
+def description_of(metric: str) -> str:
+    """What a metric means ("" when unknown); per-device memory peaks are named by pattern."""
+    info = KNOWN_METRICS.get(metric)
+    if info:
+        return info.description
+    parts = metric.split(".")
+    if len(parts) == 4 and parts[0] == "mem" and parts[2:] == ["peak", "bytes"]:
+        return f"bytes allocated here and live at the {parts[1]} peak"
+    return ""
+
+
 def unit_of(metric: str) -> str:
     info = KNOWN_METRICS.get(metric)
     if info:
