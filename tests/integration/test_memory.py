@@ -146,3 +146,18 @@ def test_table_memory_is_flat_in_run_length_and_bounded_per_live_allocation(tmp_
             if f["category"] == "memory"}
     leak, many = line_of(PROGRAM, "LEAK"), line_of(PROGRAM, "MANY")
     assert mine == {("memory-leak", leak), ("memory-peak", leak), ("memory-peak", many)}
+
+
+def test_a_program_using_torch_profiler_runs_unchanged(tmp_path):
+    # torch.profiler needs the thread's reporting slot: the layer steps aside while it runs.
+    program = "memory_with_torch_profiler.py"
+    proc, out = record(tmp_path, program, options=CONTEXT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "torch.profiler saw aten::empty: True\n"
+    tree = loaded(out)
+    got = {}
+    for marker in ("BEFORE", "INSIDE", "AFTER"):
+        nodes = python_nodes(tree, program, line_of(program, marker))
+        got[marker] = sum(_inclusive(tree, n, "mem.alloc.bytes") for n in nodes)
+    assert got == {"BEFORE": 4000, "INSIDE": 0, "AFTER": 12000}
+    assert any("torch.profiler ran" in n for n in tree.metadata["notes"])

@@ -18,23 +18,60 @@ from .native import core
 class MemoryLayer:
     """The memory layer while a session runs; ``close()`` takes the reporter off this thread."""
 
-    def __init__(self, hook: Any, note: Callable[[str], None]) -> None:
+    def __init__(self, torch: Any, hook: Any, note: Callable[[str], None]) -> None:
         self.hook = hook
         self.note = note
-        if not hook.memory_attach(core.c_api):
-            note("memory: another profiler (torch.profiler?) holds this thread's memory "
-                 "reporting; its allocations are not attributed")
+        self._attach_here()
         threads.on_new_thread(self._attach_here)
+        self._profiler = _TorchProfilerYield(torch, self)
 
     def _attach_here(self) -> None:
         if not self.hook.memory_attach(core.c_api):
-            self.note("memory: another profiler holds a thread's memory reporting; "
-                      "its allocations are not attributed")
+            self.note("memory: another profiler (torch.profiler?) holds a thread's memory "
+                      "reporting; its allocations are not attributed")
 
     def close(self) -> None:
+        self._profiler.close()
         threads.forget_new_thread(self._attach_here)
         with contextlib.suppress(Exception):
             self.hook.memory_detach()
+
+
+class _TorchProfilerYield:
+    """torch.profiler needs the thread's reporting slot (it refuses to start while any profiler
+    state is there): the reporter steps aside while it runs and comes back when it stops, so a
+    program that uses torch.profiler runs unchanged."""
+
+    def __init__(self, torch: Any, layer: MemoryLayer) -> None:
+        self.module = getattr(getattr(torch, "autograd", None), "profiler", None)
+        self.saved = None
+        if self.module is None or not hasattr(self.module, "_enable_profiler"):
+            return
+        enable, disable = self.module._enable_profiler, self.module._disable_profiler
+        self.saved = (enable, disable)
+
+        def _enable_profiler(*args: Any, **kwargs: Any) -> Any:
+            layer.hook.memory_detach()
+            layer.note("memory: torch.profiler ran; allocations while it ran are not attributed")
+            try:
+                return enable(*args, **kwargs)
+            except BaseException:
+                layer._attach_here()
+                raise
+
+        def _disable_profiler(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return disable(*args, **kwargs)
+            finally:
+                layer._attach_here()
+
+        self.module._enable_profiler = _enable_profiler
+        self.module._disable_profiler = _disable_profiler
+
+    def close(self) -> None:
+        if self.saved is not None:
+            self.module._enable_profiler, self.module._disable_profiler = self.saved
+            self.saved = None
 
 
 def enable(torch: Any, say: Callable[[str], None], note: Callable[[str], None]) -> MemoryLayer | None:
@@ -46,7 +83,7 @@ def enable(torch: Any, say: Callable[[str], None], note: Callable[[str], None]) 
         note(f"memory layer off: it needs the compiled PyTorch hook, which could not be built "
              f"({reason[:160]})")
         return None
-    layer = MemoryLayer(hook, note)
+    layer = MemoryLayer(torch, hook, note)
     if getattr(torch.version, "cuda", None) and torch.cuda.is_available():
         # The caching allocator has no devices to trace until CUDA is initialized.
         torch.cuda._lazy_call(lambda: _trace_cuda_allocator(torch, say, note))
