@@ -161,3 +161,25 @@ def test_a_program_using_torch_profiler_runs_unchanged(tmp_path):
         got[marker] = sum(_inclusive(tree, n, "mem.alloc.bytes") for n in nodes)
     assert got == {"BEFORE": 4000, "INSIDE": 0, "AFTER": 12000}
     assert any("torch.profiler ran" in n for n in tree.metadata["notes"])
+
+
+def test_schedule_wait_records_nothing_and_warmup_is_discarded(tmp_path):
+    program = "memory_schedule.py"
+    out = tmp_path / "s.dcprof"
+    from helpers import PROGRAMS
+
+    proc = subprocess.run([sys.executable, str(PROGRAMS / program), str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+
+    def at(marker, metric):
+        nodes = python_nodes(tree, program, line_of(program, marker))
+        return sum(_inclusive(tree, n, metric) for n in nodes)
+
+    assert [at(m, "mem.alloc.count") for m in ("WAIT", "WARMUP", "HELD", "ACTIVE")] == [0, 0, 0, 1]
+    # The active phase's peak starts from what was live when it began (HELD's 1,000 bytes).
+    assert at("HELD", "mem.peak.bytes") == 1000
+    assert at("ACTIVE", "mem.peak.bytes") == 400
+    assert at("WARMUP", "mem.peak.bytes") == 0
+    assert tree.total("mem.cpu.peak.bytes") == 1400
