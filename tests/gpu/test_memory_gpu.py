@@ -107,6 +107,14 @@ def test_churn_retry_and_oom_on_their_lines(alloc):
     assert line_total(tree, "RETRY", "mem.segment.free.bytes") == 200 << 20
     assert line_total(tree, "RETRY", "mem.segment.alloc.bytes") == 250 << 20
     assert line_total(tree, "OOM", "mem.oom.count") == 1
+    # The gpu layer times the driver calls behind them (CUPTI): one per segment.
+    assert line_total(tree, "CHURN", "mem.cudamalloc.count") == 60
+    assert line_total(tree, "CHURN", "mem.cudamalloc.time") > 0
+    assert line_total(tree, "EMPTY", "mem.cudafree.count") == 60
+    assert line_total(tree, "RETRY", "mem.cudafree.count") == 1
+    assert line_total(tree, "RETRY", "mem.cudamalloc.count") == 1
+    assert line_total(tree, "OOM", "mem.cudafree.count") == 1
+    assert line_total(tree, "OOM", "mem.cudamalloc.count") == 0  # refused before cudaMalloc
 
 
 def test_analyzer_names_the_memory_causes(train, alloc):

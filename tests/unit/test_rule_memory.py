@@ -81,6 +81,10 @@ def test_retries_and_ooms_fire():
 def test_repeated_malloc_and_free_fire_and_warm_up_is_quiet():
     (f,) = churn({"mem.segment.alloc.count": 40, "mem.segment.free.count": 10})
     assert "empty_cache" in f.suggestion and f.evidence["segment_frees"] == 10
+    assert f.estimated_gain.seconds == 0  # no gpu layer: the driver calls were not timed
+    (f,) = churn({"mem.segment.alloc.count": 40, "mem.segment.free.count": 10,
+                  "mem.cudamalloc.time": 0.02, "mem.cudafree.time": 0.03})
+    assert f.estimated_gain.seconds == 0.05 and "50ms in cudaMalloc/cudaFree" in f.message
     assert churn({"mem.segment.alloc.count": 39, "mem.segment.free.count": 10}) == []
     assert churn({"mem.segment.alloc.count": 200, "mem.segment.free.count": 9}) == []
 

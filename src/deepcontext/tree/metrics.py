@@ -48,6 +48,11 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("mem.alloc.retries", "count", "allocations retried after freeing the cache "
                                                  "(each synchronizes the device)"),
         MetricInfo("mem.oom.count", "count", "out-of-memory errors"),
+        MetricInfo("mem.cudamalloc.time", "s", "host time in cudaMalloc/cuMemAlloc (gpu layer)"),
+        MetricInfo("mem.cudamalloc.count", "count", "cudaMalloc/cuMemAlloc calls"),
+        MetricInfo("mem.cudafree.time", "s", "host time in cudaFree/cuMemFree, which also waits "
+                                             "for the device (gpu layer)"),
+        MetricInfo("mem.cudafree.count", "count", "cudaFree/cuMemFree calls"),
     )
 }
 

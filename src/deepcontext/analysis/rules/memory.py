@@ -16,7 +16,7 @@ from ...tree.metrics import format_value
 from ..context import AnalysisContext
 from ..finding import Finding
 from ..rule import Rule, Threshold
-from ._common import percent
+from ._common import percent, seconds
 
 _DEVICE_PEAK = re.compile(r"^mem\.([A-Za-z0-9_]+)\.peak\.bytes$")
 _OPTIMIZER_FILES = ("/torch/optim/", "/torch/distributed/optim/")
@@ -142,7 +142,7 @@ class AllocatorChurnRule(Rule):
             owner = ctx.owner[node.id]
             for m in ("mem.segment.alloc.count", "mem.segment.free.count",
                       "mem.segment.alloc.bytes", "mem.segment.free.bytes", "mem.alloc.retries",
-                      "mem.oom.count"):
+                      "mem.oom.count", "mem.cudamalloc.time", "mem.cudafree.time"):
                 if (v := node.metrics.get(m, 0.0)) and owner > 0:
                     per_owner[owner][m] += v
                     first.setdefault(owner, node.id)
@@ -152,7 +152,12 @@ class AllocatorChurnRule(Rule):
             evidence = {"segment_allocs": int(allocs), "segment_frees": int(frees),
                         "segment_alloc_bytes": int(m["mem.segment.alloc.bytes"]),
                         "segment_free_bytes": int(m["mem.segment.free.bytes"]),
-                        "retries": int(retries), "ooms": int(ooms)}
+                        "retries": int(retries), "ooms": int(ooms),
+                        "cudamalloc_time_s": m["mem.cudamalloc.time"],
+                        "cudafree_time_s": m["mem.cudafree.time"]}
+            # With the gpu layer the driver calls are timed: a warm cache would make none.
+            driver = m["mem.cudamalloc.time"] + m["mem.cudafree.time"]
+            timed = f", {seconds(driver)} in cudaMalloc/cudaFree" if driver > 0 else ""
             where = ctx.where(owner)
             oom = ", ran out of memory" if ooms > 0 else ""
             if ooms > 0 or retries > 0:
@@ -164,28 +169,29 @@ class AllocatorChurnRule(Rule):
                              f"retried {retries:.0f} time(s): each retry synchronizes the "
                              f"device and cudaFrees every unused cached segment "
                              f"({frees:.0f} segments, {_bytes(m['mem.segment.free.bytes'])} here), "
-                             f"which the next allocations cudaMalloc again."),
+                             f"which the next allocations cudaMalloc again{timed}."),
                     evidence=evidence,
                     suggestion=("lower the peak (see the memory-peak findings), set "
                                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
                                 "fragmentation, and keep tensor shapes stable across steps"),
-                    gain_seconds=0.0,
-                    method="each retry is a device synchronization plus cudaFree/cudaMalloc")
+                    gain_seconds=driver,
+                    method="the time in cudaMalloc/cudaFree at this line (each retry also "
+                           "synchronizes the device)")
             elif allocs + frees >= self.t("min_segment_calls") and frees >= self.t("min_frees"):
                 yield ctx.finding(
                     self, first[owner], severity="warning",
                     title=f"{allocs:.0f} cudaMalloc and {frees:.0f} cudaFree calls at {where}",
                     message=(f"the caching allocator reserved {allocs:.0f} segments "
                              f"({_bytes(m['mem.segment.alloc.bytes'])}) and released {frees:.0f} "
-                             f"at {where}: the cache is emptied and refilled instead of reused; "
-                             f"cudaFree synchronizes the device."),
+                             f"at {where}{timed}: the cache is emptied and refilled instead of "
+                             f"reused; cudaFree synchronizes the device."),
                     evidence=evidence,
                     suggestion=("don't call torch.cuda.empty_cache() inside the loop; keep "
                                 "shapes stable (pad variable-length batches to a few sizes); "
                                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-                    gain_seconds=0.0,
-                    method="cudaMalloc/cudaFree are synchronous driver calls; a warm cache "
-                           "makes none")
+                    gain_seconds=driver,
+                    method="the time in cudaMalloc/cudaFree at this line: a warm cache makes "
+                           "none")
 
 
 class MemoryLeakRule(Rule):
