@@ -15,8 +15,8 @@ CHURN = 60
 
 def train():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(),
-                                torch.nn.Linear(HIDDEN, IN)).cuda()  # PARAMS
+    layers = [torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, IN)]
+    model = torch.nn.Sequential(*layers).cuda()  # PARAMS
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(BATCH, IN, device="cuda")
     for _ in range(STEPS):
