@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -45,6 +46,11 @@ struct Device {
       m.stamp = gen;
     }
     return m;
+  }
+  // The device's live bytes: the allocator's own total where it reports one (it includes what
+  // the table never saw), never less than what the table holds.
+  int64_t live_total(uint64_t reported) const {
+    return totals ? std::max(static_cast<int64_t>(reported), tracked) : tracked;
   }
   int64_t value_at_peak(const NodeMem& m) const { return m.stamp == gen ? m.at_peak : m.live; }
   void new_peak(int64_t total, NodeMem& m) {
@@ -165,7 +171,7 @@ void event(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated) {
     } else {
       ++g_unmatched;
     }
-    d.last_total = d.totals ? static_cast<int64_t>(total_allocated) : d.tracked;
+    d.last_total = d.live_total(total_allocated);
     return;
   }
   // A pause records nothing new; the frees above keep the table true meanwhile.
@@ -183,7 +189,7 @@ void event(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated) {
   m.alloc_bytes += bytes;
   m.alloc_count += 1;
   d.tracked += bytes;
-  d.last_total = d.totals ? static_cast<int64_t>(total_allocated) : d.tracked;
+  d.last_total = d.live_total(total_allocated);
   if (d.last_total > d.peak_total) d.new_peak(d.last_total, m);
 }
 
