@@ -139,6 +139,9 @@ def test_table_memory_is_flat_in_run_length_and_bounded_per_live_allocation(tmp_
     assert mem["table_bytes"] <= 64 * mem["high_water"]
     assert _inclusive(tree, _line(tree, "TEMP"), "mem.alloc.count") == 2000
     assert _inclusive(tree, _line(tree, "MANY", "many"), "mem.peak.bytes") == 20000 * 64
+    # Every free found its entry through the growths and backward-shift deletions.
+    assert mem["live_allocations"] == 2000 and mem["unmatched_frees"] == 0
+    assert tree.total("mem.live.bytes") == 2000 * 2000
     # The analyzer on the same real profile: the LEAK line grows and holds most of the peak.
     doc = json.loads(subprocess.run([sys.executable, "-m", "deepcontext", "analyze", str(out),
                                      "--format", "json"], capture_output=True, text=True).stdout)
