@@ -118,3 +118,9 @@ def test_text_renderer_shows_the_bytes_not_a_zero_time_gain():
                                  profiled_time=1.0), "text")
     assert "gain: memory, not time: up to 60MiB off the cuda0 peak" in text
     assert "~0s" not in text
+
+
+def test_tensor_advice_fits_the_device():
+    cpu, gpu = holders(([user(10), op("aten::empty")], peak(8 * MiB, "cpu")),
+                       ([user(11), op("aten::empty")], peak(8 * MiB, "cuda0")))
+    assert "to the CPU" not in cpu.suggestion and "to the CPU" in gpu.suggestion

@@ -108,8 +108,9 @@ class PeakHolderRule(Rule):
                                 "use a lighter optimizer (SGD with momentum keeps one buffer, "
                                 "Adafactor factored moments), or 8-bit optimizer states"),
             "tensors": (f"tensors allocated at {where} are live at the peak",
-                        "free them before the peak (del, or let them go out of scope), move "
-                        "long-lived ones to the CPU, or allocate them smaller"),
+                        "free them before the peak (del, or let them go out of scope), "
+                        + ("" if device == "cpu" else "move long-lived ones to the CPU, ")
+                        + "or allocate them smaller (a narrower dtype, fewer at once)"),
         }[kind]
         return ctx.finding(
             self, node, severity=severity,
