@@ -5,9 +5,6 @@ allocator's trace of segments, retries and OOMs. Both feed ``csrc/memory`` throu
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import re
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -108,13 +105,8 @@ def _trace_cuda_allocator(torch: Any, say: Callable[[str], None],
     try:
         if _cuda_trace is None:
             source, includes = _cuda_trace_source()
-            h = hashlib.sha256(source.read_bytes())
-            for folder in includes:
-                for header in sorted(folder.glob("*.h")):
-                    h.update(header.name.encode() + b"\0" + header.read_bytes())
-            tag = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
-            py = f"{sys.version_info.major}{sys.version_info.minor}"
-            name = f"dc_cuda_trace_api{core.API_VERSION}_torch{tag}_py{py}_{h.hexdigest()[:12]}"
+            name = torch_ops.extension_name("dc_cuda_trace", torch,
+                                            torch_ops.sources_digest(source, includes))
             _cuda_trace = torch_ops.build_extension(
                 torch, name, source, includes, say, "the CUDA allocator trace hook",
                 with_cuda=True)

@@ -39,14 +39,23 @@ def cache_dir() -> Path:
 
 
 def _hook_name(torch: Any) -> str:
+    return extension_name("dc_torch_hook", torch, _sources_digest())
+
+
+def extension_name(prefix: str, torch: Any, digest: str) -> str:
+    """A compiled extension's cache name: everything its build depends on."""
     tag = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
     py = f"{sys.version_info.major}{sys.version_info.minor}"
-    return f"dc_torch_hook_api{core.API_VERSION}_torch{tag}_py{py}_{_sources_digest()}"
+    return f"{prefix}_api{core.API_VERSION}_torch{tag}_py{py}_{digest}"
 
 
 def _sources_digest() -> str:
     """A digest of the hook's inputs: its source, every header beside it, torch's install path."""
-    source, includes = _hook_sources()
+    return sources_digest(*_hook_sources())
+
+
+def sources_digest(source: Path, includes: list[Path]) -> str:
+    """A digest of an extension's source and every header in its include folders."""
     h = hashlib.sha256(source.read_bytes())
     for folder in includes:
         for header in sorted(folder.glob("*.h")):
