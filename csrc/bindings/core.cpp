@@ -11,6 +11,7 @@
 #include "../callpath/python_walk.h"
 #include "../cct/capture.h"
 #include "../gpu/gpu.h"
+#include "../memory/memory.h"
 #include "deepcontext/c_api.h"
 
 namespace nb = nanobind;
@@ -39,9 +40,14 @@ void api_op_enter(const char* n, uint64_t h, int64_t s, uint64_t r, uint64_t f, 
   dc::op_enter(n, h, s, r, f, b != 0);
 }
 void api_note(const char* text) { dc::add_note(text ? text : ""); }
+int api_mem_active() { return dc::memory::active() ? 1 : 0; }
+int api_mem_device(const char* name, int totals) {
+  return dc::memory::device_slot(name ? name : "?", totals != 0);
+}
 
 dc_api g_api = {DC_API_VERSION, api_op_enter, dc::op_exit, api_enabled, dc::current_node,
-                dc::child_node,  dc::metric_id,  dc::add_metric, api_note};
+                dc::child_node,  dc::metric_id,  dc::add_metric, api_note,
+                api_mem_active, api_mem_device, dc::memory::event, dc::memory::allocator_event};
 
 using NodeRow = std::tuple<uint32_t, uint32_t>;
 using FrameRow = std::tuple<std::string, std::string, std::string, int, std::string>;
@@ -67,6 +73,7 @@ snapshot() {
       for (size_t m = 0; m < n.metrics.size(); ++m)
         if (n.metrics[m] != 0.0) metrics.emplace_back(static_cast<uint32_t>(i), m, n.metrics[m]);
     }
+    dc::memory::export_metrics(metrics);
     frames.reserve(t.frames.size());
     for (const auto& f : t.frames)
       frames.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);
@@ -97,7 +104,23 @@ NB_MODULE(_core, m) {
   }, "gpu_wait"_a = 5.0, "Stop capture; GPU records still in flight are awaited up to gpu_wait s.");
   m.def("enabled", &dc::is_enabled);
   m.def("set_paused", &dc::set_paused, "paused"_a);
-  m.def("reset_metrics", &dc::reset_metrics);
+  m.def("reset_metrics", [] {
+    dc::reset_metrics();
+    dc::memory::reset_metrics();
+  });
+  m.def("memory_start", &dc::memory::start, "Start the memory layer (a fresh live table).");
+  m.def("memory_stop", &dc::memory::stop);
+  m.def("memory_footprint", [] {
+    dc::memory::Footprint f = dc::memory::footprint();
+    nb::dict out;
+    out["live_allocations"] = f.live_allocations;
+    out["table_bytes"] = f.table_bytes;
+    out["high_water"] = f.high_water;
+    out["context_bytes"] = f.context_bytes;
+    out["unmatched_frees"] = f.unmatched_frees;
+    return out;
+  }, "The memory layer's own memory: live-table entries and bytes, per-context bytes.");
+  m.def("memory_devices", &dc::memory::device_names);
   m.def("resolve", [] {
     std::lock_guard<std::mutex> g(dc::tree().mu);
     dc::drain_all_locked();

@@ -339,9 +339,16 @@ void op_exit(uint64_t handle, int seq_consumed) {
 
 uint32_t current_node() {
   ThreadState* s = this_thread();
+  int d = s->depth.load(std::memory_order_relaxed);
+  // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
+  // op, the common case): the op's own node, without the tree lock or a full walk.
+  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending) {
+    dc_raw_frame inner[1];
+    int k = g_opts.python ? dc_walk_python(dc_this_thread_state(), inner, 1) : 0;
+    if ((k > 0 ? inner[0].frame : nullptr) == s->ops[d - 1].py_frame) return s->ops[d - 1].node;
+  }
   dc_raw_frame buf[kMaxPyDepth];
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
-  int d = s->depth.load(std::memory_order_relaxed);
   uintptr_t ips[kMaxNative];
   int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
   if (g_opts.native) mark_native_ready(s);

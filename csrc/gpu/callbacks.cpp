@@ -37,11 +37,14 @@ enum ApiClass : uint8_t {
   kBlockingCopy,    // synchronous copy: context, and the host time is a sync wait
   kSync,            // explicit synchronize: host time is a sync wait
   kInit,            // context creation, module loading: one-time host cost (gpu.init)
+  kMalloc,          // device memory reserved (cudaMalloc, cuMemAlloc): host time and count
+  kFree,            // device memory released (cudaFree, cuMemFree): host time and count
 };
 
 constexpr uint32_t kMaxCbid = 2048;
 uint8_t g_class[2][kMaxCbid];  // [0] runtime, [1] driver
 uint32_t m_sync_wait = 0, m_sync_count = 0, m_gpu_init = 0;
+uint32_t m_malloc_time = 0, m_malloc_count = 0, m_free_time = 0, m_free_count = 0;
 std::atomic<uint32_t> g_no_python_node{0};
 
 bool starts(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
@@ -64,6 +67,10 @@ ApiClass classify(const char* n) {
   for (const char* p : {"cuInit", "cuDevicePrimaryCtxRetain", "cuCtxCreate", "cuModuleLoad",
                         "cuLibraryLoad"})
     if (starts(n, p)) return kInit;
+  // The caching allocator's segments (docs/memory.md); the underscore leaves out the host,
+  // managed, pitched and stream-ordered variants.
+  if (starts(n, "cudaMalloc_") || starts(n, "cuMemAlloc_")) return kMalloc;
+  if (starts(n, "cudaFree_") || starts(n, "cuMemFree_")) return kFree;
   return kNone;
 }
 
@@ -134,10 +141,38 @@ void on_init(const CUpti_CallbackData* cb) {
   }
 }
 
+// Device memory calls, timed on their own (the runtime's call nests the driver's).
+struct AllocScope {
+  int depth = 0;
+  bool is_free = false;
+  uint32_t node = 0;
+  int64_t t0 = 0;
+};
+thread_local AllocScope t_alloc;
+
+void on_alloc(bool is_free, const CUpti_CallbackData* cb) {
+  AllocScope& s = t_alloc;
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    if (s.depth++ == 0) {
+      s.is_free = is_free;
+      s.node = context_node();
+      s.t0 = now_ns();
+    }
+  } else if (s.depth > 0 && --s.depth == 0 && s.node != kIgnored) {
+    Tree& t = tree();
+    std::lock_guard<std::mutex> g(t.mu);
+    if (s.node < t.nodes.size()) {
+      t.add(s.node, s.is_free ? m_free_time : m_malloc_time, (now_ns() - s.t0) * 1e-9);
+      t.add(s.node, s.is_free ? m_free_count : m_malloc_count, 1.0);
+    }
+  }
+}
+
 void on_api(int domain_index, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   uint8_t cls = cbid < kMaxCbid ? g_class[domain_index][cbid] : uint8_t(kNone);
   if (cls == kNone) return;
   if (cls == kInit) return on_init(cb);
+  if (cls == kMalloc || cls == kFree) return on_alloc(cls == kFree, cb);
   ApiScope& s = t_api;
   uint32_t gen = g_generation.load(std::memory_order_relaxed);
   if (s.generation != gen) {
@@ -196,6 +231,10 @@ void init_metrics() {
   m_sync_wait = dc::metric_id("sync.wait");
   m_sync_count = dc::metric_id("sync.count");
   m_gpu_init = dc::metric_id("gpu.init");
+  m_malloc_time = dc::metric_id("mem.cudamalloc.time");
+  m_malloc_count = dc::metric_id("mem.cudamalloc.count");
+  m_free_time = dc::metric_id("mem.cudafree.time");
+  m_free_count = dc::metric_id("mem.cudafree.count");
 }
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 2
+#define DC_API_VERSION 3
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -34,6 +34,24 @@ typedef struct dc_api {
   void (*add_metric)(uint32_t node, uint32_t metric, double value);
   /* Report a one-line note into the profile metadata (e.g. why GPU capture is off). */
   void (*note)(const char* text);
+
+  /* The memory layer (csrc/memory, docs/memory.md). */
+  /* Whether allocators should report now (the whole session, pauses included). */
+  int (*mem_active)(void);
+  /* The slot of a device by name ("cpu", "cuda0"); allocator_totals: the allocator passes its
+   * own live total with each event. -1: no slot left. */
+  int (*mem_device)(const char* name, int allocator_totals);
+  /* bytes > 0: ptr allocated on device `slot` by the calling thread; bytes < 0: ptr freed.
+   * total_allocated: the allocator's live bytes on that device after the event. */
+  void (*mem_event)(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated);
+  /* What the caching allocator did, charged to the calling thread's context: action is one of
+   * DC_MEM_SEGMENT_ALLOC, DC_MEM_SEGMENT_FREE (bytes: the segment), DC_MEM_RETRY (bytes: how
+   * many retries), DC_MEM_OOM. */
+  void (*mem_allocator_event)(int action, int slot, uint64_t bytes);
 } dc_api;
+
+enum dc_mem_action {
+  DC_MEM_SEGMENT_ALLOC = 1, DC_MEM_SEGMENT_FREE = 2, DC_MEM_RETRY = 3, DC_MEM_OOM = 4
+};
 
 #endif

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from .native import core
 
 _previous_hook: Any = None
 _installed = False
+_per_thread: list[Callable[[], None]] = []  # run on each new thread (e.g. the memory reporter)
+
+
+def on_new_thread(fn: Callable[[], None]) -> None:
+    """Run ``fn`` on every Python thread started from now on, as its first act."""
+    if fn not in _per_thread:
+        _per_thread.append(fn)
+
+
+def forget_new_thread(fn: Callable[[], None]) -> None:
+    if fn in _per_thread:
+        _per_thread.remove(fn)
 
 
 def _on_new_thread(frame: Any, event: str, arg: Any) -> Any:
@@ -17,6 +29,8 @@ def _on_new_thread(frame: Any, event: str, arg: Any) -> Any:
     # The profiler's own threads are not the program's work.
     if not threading.current_thread().name.startswith("deepcontext-"):
         core.register_thread()
+        for fn in list(_per_thread):
+            fn()
     sys.setprofile(_previous_hook)
     if _previous_hook is not None:
         return _previous_hook(frame, event, arg)

@@ -39,14 +39,23 @@ def cache_dir() -> Path:
 
 
 def _hook_name(torch: Any) -> str:
+    return extension_name("dc_torch_hook", torch, _sources_digest())
+
+
+def extension_name(prefix: str, torch: Any, digest: str) -> str:
+    """A compiled extension's cache name: everything its build depends on."""
     tag = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
     py = f"{sys.version_info.major}{sys.version_info.minor}"
-    return f"dc_torch_hook_api{core.API_VERSION}_torch{tag}_py{py}_{_sources_digest()}"
+    return f"{prefix}_api{core.API_VERSION}_torch{tag}_py{py}_{digest}"
 
 
 def _sources_digest() -> str:
     """A digest of the hook's inputs: its source, every header beside it, torch's install path."""
-    source, includes = _hook_sources()
+    return sources_digest(*_hook_sources())
+
+
+def sources_digest(source: Path, includes: list[Path]) -> str:
+    """A digest of an extension's source and every header in its include folders."""
     h = hashlib.sha256(source.read_bytes())
     for folder in includes:
         for header in sorted(folder.glob("*.h")):
@@ -56,9 +65,16 @@ def _sources_digest() -> str:
 
 def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
     """Build (once) and import the RecordFunction hook. Raises on any failure."""
+    source, includes = _hook_sources()
+    return build_extension(torch, _hook_name(torch), source, includes, say,
+                           "the PyTorch operator hook")
+
+
+def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
+                    say: Callable[[str], None], what: str, **options: Any) -> Any:
+    """Build (once, cached under ``name``) and import a torch extension. Raises on any failure."""
     from torch.utils import cpp_extension
 
-    name = _hook_name(torch)
     build = cache_dir() / "torch_hook" / name
     build.mkdir(parents=True, exist_ok=True)
     built = list(build.glob(f"{name}*.so"))
@@ -68,9 +84,8 @@ def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
         fcntl.flock(lock, fcntl.LOCK_EX)
         (build / "lock").unlink(missing_ok=True)
         if not built:
-            say(f"deepcontext: compiling the PyTorch operator hook for torch {torch.__version__} "
+            say(f"deepcontext: compiling {what} for torch {torch.__version__} "
                 f"(once per torch version, about 20 s)")
-        source, includes = _hook_sources()
         with contextlib.redirect_stdout(sys.stderr):
             return cpp_extension.load(
                 name=name,
@@ -79,6 +94,7 @@ def load_compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
                 extra_cflags=["-O2"],
                 build_directory=str(build),
                 verbose=False,
+                **options,
             )
 
 
@@ -121,6 +137,14 @@ class _DispatchTier:
 _compiled: Any = None
 
 
+def compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
+    """The compiled hook module, built and imported on first use (raises when it cannot be)."""
+    global _compiled
+    if _compiled is None:
+        _compiled = load_compiled_hook(torch, say)
+    return _compiled
+
+
 class _CompiledTier:
     """Handle of the compiled tier: closing disables the callback until the next session."""
 
@@ -133,13 +157,11 @@ class _CompiledTier:
 
 def enable(torch: Any, say: Callable[[str], None]) -> tuple[str, Any]:
     """Turn the operator layer on; returns (tier name, handle to close or None)."""
-    global _compiled
     if os.environ.get("DEEPCONTEXT_TORCH_TIER") != "dispatch":
         try:
-            if _compiled is None:
-                _compiled = load_compiled_hook(torch, say)
-            _compiled.install(core.c_api)
-            return "record_function", _CompiledTier(_compiled)
+            module = compiled_hook(torch, say)
+            module.install(core.c_api)
+            return "record_function", _CompiledTier(module)
         except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
             reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             say(f"deepcontext: could not build the PyTorch operator hook ({reason[:200]}); "

@@ -34,7 +34,7 @@ DOMAINS = ("torch.op",)
 
 _tls = threading.local()
 _state: dict[str, Any] = {"init": False, "notes": [], "torch_tier": None, "tier_handle": None,
-                          "callbacks": {}}
+                          "callbacks": {}, "memory": None}
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
                  "slower per event); install libunwind8 or set DEEPCONTEXT_LIBUNWIND")
     else:
         _state["native"] = None
-    if "op" in context:
+    if "memory" in context:
+        core.memory_start()
+    if "op" in context or "memory" in context:
         from ..capture.import_hooks import when_imported
 
         when_imported("torch", _enable_torch)
@@ -102,7 +104,13 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
 
 
 def _enable_torch(torch: Any) -> None:
-    if not _state["init"] or _state["tier_handle"] is not None or (
+    if not _state["init"]:
+        return
+    if "memory" in _state["context"] and _state["memory"] is None:
+        from ..capture import memory
+
+        _state["memory"] = memory.enable(torch, _say, note)
+    if "op" not in _state["context"] or _state["tier_handle"] is not None or (
             _state["torch_tier"] == "record_function"):
         return
     from ..capture import torch_ops
@@ -229,6 +237,8 @@ def metadata() -> dict[str, Any]:
     if _state.get("torch_tier"):
         meta["torch"] = _state.get("torch_version")
         meta["op_tier"] = _state["torch_tier"]
+    if "memory" in (_state.get("context") or ()):
+        meta["memory"] = {"devices": list(core.memory_devices()), **core.memory_footprint()}
     return meta
 
 
@@ -238,6 +248,10 @@ def finalize() -> None:
     core = _core()
     gpu.stop(core)
     core.stop()
+    core.memory_stop()
+    if _state["memory"] is not None:
+        _state["memory"].close()
+        _state["memory"] = None
     from ..capture import threads
 
     threads.uninstall()

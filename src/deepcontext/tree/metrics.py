@@ -31,11 +31,44 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("gpu.init", "s", "host time creating the CUDA context and loading modules "
                                     "(one-time set-up)"),
         MetricInfo("native.samples", "count", "samples that carried a native stack"),
+        # The memory layer (docs/memory.md); mem.<device>.peak.bytes is the per-device peak.
+        MetricInfo("mem.alloc.bytes", "bytes", "bytes allocated by tensors at this context"),
+        MetricInfo("mem.alloc.count", "count", "tensor allocations at this context"),
+        MetricInfo("mem.peak.bytes", "bytes", "bytes allocated here and live at their device's "
+                                              "peak (summed over devices)"),
+        MetricInfo("mem.live.bytes", "bytes", "bytes allocated here and still live at the "
+                                              "snapshot"),
+        MetricInfo("mem.live.count", "count", "allocations made here and still live"),
+        MetricInfo("mem.segment.alloc.count", "count", "memory segments the caching allocator "
+                                                       "reserved from the device (cudaMalloc)"),
+        MetricInfo("mem.segment.alloc.bytes", "bytes", "bytes of those segments"),
+        MetricInfo("mem.segment.free.count", "count", "segments the caching allocator released "
+                                                      "(cudaFree)"),
+        MetricInfo("mem.segment.free.bytes", "bytes", "bytes of those segments"),
+        MetricInfo("mem.alloc.retries", "count", "allocations retried after freeing the cache "
+                                                 "(each synchronizes the device)"),
+        MetricInfo("mem.oom.count", "count", "out-of-memory errors"),
+        MetricInfo("mem.cudamalloc.time", "s", "host time in cudaMalloc/cuMemAlloc (gpu layer)"),
+        MetricInfo("mem.cudamalloc.count", "count", "cudaMalloc/cuMemAlloc calls"),
+        MetricInfo("mem.cudafree.time", "s", "host time in cudaFree/cuMemFree, which also waits "
+                                             "for the device (gpu layer)"),
+        MetricInfo("mem.cudafree.count", "count", "cudaFree/cuMemFree calls"),
     )
 }
 
 #: The metric a report shows when none is asked for, most telling first.
 DEFAULT_METRIC_ORDER = ("gpu.time", "cpu.time", "op.time", "op.count")
+
+
+def description_of(metric: str) -> str:
+    """What a metric means ("" when unknown); per-device memory peaks are named by pattern."""
+    info = KNOWN_METRICS.get(metric)
+    if info:
+        return info.description
+    parts = metric.split(".")
+    if len(parts) == 4 and parts[0] == "mem" and parts[2:] == ["peak", "bytes"]:
+        return f"bytes allocated here and live at the {parts[1]} peak"
+    return ""
 
 
 def unit_of(metric: str) -> str:

@@ -43,9 +43,12 @@ class TextFindingsRenderer:
                       f"   {printable(f.title)}"]
             lines += _wrapped("why:  ", printable(f.message, 1000))
             lines += _wrapped("fix:  ", printable(f.suggestion, 1000))
-            lines += _wrapped("gain: ", f"~{format_value(gain.seconds, 's')} "
-                                        f"({100 * gain.fraction:.1f}% of profiled time): "
-                                        f"{printable(gain.method)}")
+            if gain.seconds > 0 or gain.fraction > 0:
+                lines += _wrapped("gain: ", f"~{format_value(gain.seconds, 's')} "
+                                            f"({100 * gain.fraction:.1f}% of profiled time): "
+                                            f"{printable(gain.method)}")
+            else:  # memory findings save bytes, not time
+                lines += _wrapped("gain: ", printable(gain.method))
             if f.location:
                 lines.append(f"   at:   {printable(f.location.file)}:{f.location.line}")
         return "\n".join(lines) + "\n"

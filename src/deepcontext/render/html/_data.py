@@ -10,7 +10,7 @@ from typing import Any
 
 from ...tree.cct import CallingContextTree
 from ...tree.frame import KINDS, Frame
-from ...tree.metrics import KNOWN_METRICS, unit_of
+from ...tree.metrics import description_of, unit_of
 from ._sources import collect_sources
 
 DOC_VERSION = 1
@@ -94,7 +94,7 @@ def build_document(tree: CallingContextTree, *, findings: list[dict[str, Any]] |
         for m in metric_names:
             values[m].append(_round(node.metrics.get(m, 0.0)))
     metrics = [{"name": m, "unit": unit_of(m),
-                "description": KNOWN_METRICS[m].description if m in KNOWN_METRICS else ""}
+                "description": description_of(m)}
                for m in metric_names]
     return {
         "version": DOC_VERSION,
