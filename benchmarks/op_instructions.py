@@ -25,13 +25,20 @@ CHILD = r"""
 import contextlib, os, sys, tempfile, torch
 torch.manual_seed(0); torch.set_num_threads(1)
 mode, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-try:
+if os.environ.get("DC_OPI_WORKLOAD") == "micro":  # nested ops at Python depth 30, one line
+    import torch.nn.functional as F
+    x, w, b = torch.ones(2, 4), torch.ones(4, 4), torch.ones(4)
+    def deep(k):
+        return deep(k - 1) if k else [F.linear(x, w, b) for _ in range(500)]
+    step, loss = (lambda: deep(30)), None
+else:
+  try:
     import transformers
     cfg = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1024)
     model = transformers.GPT2LMHeadModel(cfg).train()
     ids = torch.randint(0, 1024, (2, 32))
     loss = lambda: model(input_ids=ids, labels=ids).loss
-except ImportError:
+  except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[4])))
     import workloads
     step = workloads.build("transformer", "cpu")
@@ -90,8 +97,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", action="append", help="context spec, repeatable (default op; python,op)")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--micro", action="store_true",
+                   help="500 F.linear calls at Python depth 30 per step instead of GPT-2")
     args = p.parse_args()
     modes = args.mode or ["op", "python,op"]
+    if args.micro:
+        os.environ["DC_OPI_WORKLOAD"] = "micro"
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
         tmp = Path(d)
         off = run("off", args.steps, tmp)

@@ -3,6 +3,7 @@
 // activity records carrying that id are folded later, off this thread. Host syncs are timed here
 // (entry to exit) and charged at once, since the thread is blocked anyway.
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "../cct/capture.h"
@@ -249,6 +250,16 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
 }
 
+// Diagnostic (DEEPCONTEXT_LAUNCH_DOMAINS=runtime|driver): subscribe to kernel launches in one
+// API domain only, to measure what the nested second callback costs and whether activity
+// records still correlate. Unset: both domains (the default, as documented in docs/gpu.md).
+bool skip_launch_domain(int d, uint8_t cls) {
+  if (cls != kLaunch) return false;
+  static const char* only = std::getenv("DEEPCONTEXT_LAUNCH_DOMAINS");
+  if (only == nullptr || *only == 0) return false;
+  return (d == 0 && std::strcmp(only, "driver") == 0) || (d == 1 && std::strcmp(only, "runtime") == 0);
+}
+
 CUptiResult enable_callbacks(CUpti_SubscriberHandle sub) {
   CuptiApi& api = cupti();
   const CUpti_CallbackDomain domains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
@@ -261,6 +272,10 @@ CUptiResult enable_callbacks(CUpti_SubscriberHandle sub) {
       }
       g_class[d][cbid] = classify(name);
       if (g_class[d][cbid] == kNone) continue;
+      if (skip_launch_domain(d, g_class[d][cbid])) {
+        g_class[d][cbid] = kNone;
+        continue;
+      }
       CUptiResult r = api.cuptiEnableCallback(1, sub, domains[d], cbid);
       if (r != CUPTI_SUCCESS) return r;
     }

@@ -51,4 +51,7 @@ else:
     note = "; ".join(n for n in tree.metadata.get("notes", []) if "GPU" in n)
     gpu = tree.metadata.get("gpu", {})
     note += f" kernels={gpu.get('kernels')} pending={gpu.get('pending')} nested={gpu.get('nested_matches')}"
+    loop_line = [n.id for n in tree.nodes if n.frame.kind == "python" and n.frame.name == "loop"]
+    attributed = sum(tree.inclusive(i, "gpu.launches") for i in loop_line)
+    note += f" launches_at_loop={attributed:.0f}/{tree.total('gpu.launches'):.0f}"
 print(f"{mode:16s} {us:7.2f} us/launch {note}")
