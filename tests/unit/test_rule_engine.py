@@ -19,7 +19,7 @@ from deepcontext.analysis.testing import build, op, user
 from deepcontext.errors import DeepContextError
 
 KEYS = {"rule", "category", "severity", "title", "message", "node", "location", "path",
-        "evidence", "suggestion", "estimated_gain"}
+        "evidence", "suggestion", "estimated_gain", "origin"}
 
 
 class Fixed(Rule):
@@ -47,7 +47,7 @@ def small_tree():
 
 def test_every_builtin_rule_has_id_category_description_and_justified_thresholds():
     rules = builtin_rules()
-    assert len({r.id for r in rules}) == len(rules) == 11
+    assert len({r.id for r in rules}) == len(rules) == 12
     assert {r.category for r in rules} <= set(CATEGORIES)
     for r in rules:
         assert r.description and r.thresholds
@@ -193,6 +193,12 @@ def test_entry_point_rules_are_loaded_and_broken_ones_warn(monkeypatch):
     ("/venv/lib/python3.12/dist-packages/numpy/core/numeric.py", False),
     ("/home/me/src/pytorch/torch/nn/functional.py", False),
     ("/home/me/torch-experiments/train.py", True),
+    ("/tmp/train.py", True),  # a script of the user's in the temp directory
+    ("/tmp/pytest-of-me/pytest-3/test_x0/tmpab12cd34.py", True),
+    # generated at run time: a template rendered into a NamedTemporaryFile, Inductor's output
+    ("/tmp/torch_geometric.nn.conv.gcn_conv_GCNConv_propagate_x1y2z3w4.py", False),
+    ("/tmp/tmpab12cd34.py", False),
+    ("/tmp/torchinductor_me/xy/cxyzabc.py", False),
     ("", False),
 ])
 def test_user_code_detection(path, mine):

@@ -16,12 +16,16 @@ INPLACE_UPDATE = frozenset(f"{name}_" for name in (
     "add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "sqrt", "clamp", "maximum", "neg",
     "copy", "zero", "fill"))
 
-# Ops a Python loop over elements issues: indexing, scalar reads, tiny tensor creation.
+# Ops a Python loop over elements issues: indexing, scalar reads and writes, tiny tensor
+# creation. Views (view, unsqueeze, transpose, detach...) are not among them: a forward pass
+# issues thousands of those without any loop.
 ELEMENT_ACCESS = frozenset("""
-select slice index index_select item _local_scalar_dense copy_ fill_ unsqueeze squeeze view
-as_strided lift_fresh scalar_tensor empty zeros ones full tensor stack setitem index_put_
-_index_put_impl_ alias detach
+select index item _local_scalar_dense copy_ fill_ lift_fresh scalar_tensor tensor zeros ones full setitem
+index_put_ _index_put_impl_
 """.split())
+
+# Picking one element or row of a tensor: what a loop over a dimension does every iteration.
+INDEXING = frozenset({"select", "index", "slice", "unbind", "index_select"})
 
 # Ops that force the host to wait for the device (on CUDA) before returning.
 HOST_SYNC = frozenset({"item", "_local_scalar_dense", "nonzero", "masked_select",

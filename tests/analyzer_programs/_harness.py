@@ -1,0 +1,34 @@
+"""What every real program of the analyzer suite shares: run a step function a fixed number of
+times after its set-up, and, when DEEPCONTEXT_FIX_TIMING is set (benchmarks/fix_gains.py), print
+the median step time as the last line instead (the variant's steady-state cost)."""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def variant(default: str = "before") -> str:
+    """``before`` (the program as written) or ``after`` (with the analyzer's fix applied)."""
+    return sys.argv[1] if len(sys.argv) > 1 else default
+
+
+def run(step, steps: int, sync=None) -> None:
+    timing = os.environ.get("DEEPCONTEXT_FIX_TIMING")
+    if not timing:
+        for _ in range(steps):
+            step()
+        return
+    for _ in range(3):  # warm-up: first-call costs are not the steady state being compared
+        step()
+    times = []
+    for _ in range(int(timing) if timing.isdigit() and int(timing) > 1 else steps):
+        if sync:
+            sync()
+        t = time.perf_counter()
+        step()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t)
+    print(json.dumps({"median_step_s": statistics.median(times)}), flush=True)
