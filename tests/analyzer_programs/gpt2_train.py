@@ -8,7 +8,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 def main(fixed: bool) -> None:
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=128, vocab_size=1000,
+    config = GPT2Config(n_layer=2, n_embd=256, n_head=4, n_positions=128, vocab_size=1000,
                         activation_function="gelu_pytorch_tanh" if fixed else "gelu_new",
                         bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config)  # SETUP

@@ -217,3 +217,24 @@ def test_non_finite_metrics_still_give_valid_json():
     rep = FindingsReport(findings=found, profile="x", rules=rules, profiled_time=0.0)
     for fmt in ("json", "sarif"):
         json.loads(render(rep, fmt), parse_constant=lambda c: pytest.fail(f"{fmt}: {c}"))
+
+
+def test_profiled_time_leaves_out_worker_threads_and_set_up_is_not_steady_host_time():
+    from deepcontext.analysis.context import AnalysisContext
+    from deepcontext.analysis.testing import lib
+    from deepcontext.tree.frame import Frame
+    worker = Frame.make("thread", "intra-op")
+    tree = build([([user(10), op("aten::mm")], {"op.count": 100, "op.time": 1.0}),
+                  ([worker, Frame.make("native", "sgemm_kernel", "libopenblas.so")],
+                   {"cpu.time": 3.0}),
+                  ([user(4, "main"), lib("GPT2LMHeadModel.__init__",
+                                         "/sp/site-packages/transformers/gpt2.py")],
+                   {"cpu.time": 0.5})])
+    ctx = AnalysisContext(tree)
+    # the main thread's work (1 s of operators); the BLAS workers' 3 s of CPU ran beside it
+    assert ctx.profiled_time == 1.0
+    line4 = next(n.id for n in tree.nodes if n.frame.line == 4)
+    line10 = next(n.id for n in tree.nodes if n.frame.line == 10)
+    assert ctx.host_time(line4) == 0.0  # building the model: set-up, not steady host time
+    assert ctx.host_time(line10) == 1.0 and ctx.runs(line10) == 100
+    assert ctx.repeated(line10) and not ctx.repeated(line4)

@@ -10,7 +10,7 @@ GRADS = ([user(31), lib("backward"), op("torch::autograd::AccumulateGrad")], {"o
 
 def manual(updates=240, with_backward=True):
     paths = [REST, ([user(20), user(8, "sgd_step"), op("aten::add_")],
-                    {"op.count": updates, "op.time": 0.05})]
+                    {"op.count": updates, "op.time": 0.15})]
     return build(paths + ([GRADS] if with_backward else []))
 
 
@@ -23,7 +23,7 @@ def test_manual_per_parameter_loop_fires_at_the_update_line():
     assert f.location.line == 8 and f.location.function == "sgd_step"
     assert f.evidence["updates_per_gradient"] == 1.0
     assert "fused=True" in f.suggestion and "does not help on CPU" in f.suggestion
-    assert f.estimated_gain.seconds == 0.025 and f.severity == "warning"
+    assert f.estimated_gain.seconds == 0.075 and f.severity == "warning"  # 7% of the run
 
 
 def test_no_backward_pass_means_no_parameter_updates():

@@ -50,6 +50,30 @@ MATMUL_CONV = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "c
                          "_scaled_dot_product_flash_attention", "einsum"})
 
 
+# Operators that are their own kernels between elementwise work: a matmul, convolution, norm,
+# embedding or attention ends one chain and starts the next (reductions do not: a fused
+# softmax or norm reduces inside its one kernel).
+CHAIN_BREAKERS = MATMUL_CONV | frozenset({
+    "batch_norm", "native_batch_norm", "_batch_norm_impl_index", "_native_batch_norm_legit",
+    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "instance_norm",
+    "embedding", "softmax", "_softmax", "log_softmax", "_log_softmax", "cross_entropy_loss",
+    "nll_loss", "nll_loss_nd", "scaled_dot_product_attention", "max_pool2d",
+    "adaptive_avg_pool2d", "avg_pool2d", "rms_norm", "_fused_rms_norm", "cat", "gather",
+    "index_select", "scatter_add", "index_add"})
+
+
+def backward_of(op_name: str) -> str:
+    """The forward operator an autograd node's name belongs to, snake_case:
+    ``autograd::engine::evaluate_function: MulBackward0`` -> ``mul``
+    (``ClampMinBackward0`` -> ``clamp_min``); '' for other names."""
+    tail = op_name.rsplit(" ", 1)[-1].rsplit("::", 1)[-1]
+    if "Backward" not in tail:
+        return ""
+    camel = tail.split("Backward", 1)[0]
+    out = "".join("_" + c.lower() if c.isupper() else c for c in camel).lstrip("_")
+    return {"relu": "relu", "threshold": "relu", "rsub": "rsub"}.get(out, out)
+
+
 def base_name(op_name: str) -> str:
     """``aten::add_`` -> ``add_``; other namespaces keep their full name."""
     return op_name.removeprefix("aten::")

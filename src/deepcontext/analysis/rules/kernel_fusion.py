@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from ...tree.usercode import is_user_file
 from ..context import AnalysisContext, OpSite
 from ..finding import Finding, Location
-from ..ops import base_name, is_pointwise
+from ..ops import CHAIN_BREAKERS, backward_of, base_name, is_pointwise
 from ..rule import Rule, Threshold
-from ._common import (callable_name, calls_per_invocation, compile_advice, function_regions, line_executions,
-                      module_path, module_pattern, percent, row_loops, seconds, short_file,
-                      sites_by_code_line, split_by_executions)
+from ._common import (callable_name, calls_per_invocation, compile_advice, function_regions,
+                      line_executions, module_path, module_pattern, percent, row_loops, seconds,
+                      short_file, sites_by_code_line, split_by_executions)
 
 # Hand-written compositions and the fused API that replaces them: (ops all present, ops none
 # present, API). First match wins; reductions (sum, mean) tell a softmax or a norm apart.
@@ -77,9 +77,24 @@ class KernelFusionRule(Rule):
 
     def _chain(self, ctx: AnalysisContext, group: list[int],
                by_line: dict[int, list[OpSite]]) -> dict | None:
+        """The longest run of elementwise work in one call: the group's lines in source order,
+        a line that issues a matmul, convolution or norm starting a new segment (its own
+        elementwise ops run after it: ``relu(bn(conv(x)))``)."""
+        segments: list[list[int]] = []
+        for line in sorted(group, key=lambda n: ctx.tree.nodes[n].frame.line):
+            breaks = any(base_name(s.name) in CHAIN_BREAKERS for s in by_line[line]
+                         if not s.backward)
+            if breaks or not segments:
+                segments.append([])
+            segments[-1].append(line)
+        chains = [c for c in (self._segment(ctx, seg, by_line) for seg in segments) if c]
+        return max(chains, key=lambda c: c["per_call"]) if chains else None
+
+    def _segment(self, ctx: AnalysisContext, lines: list[int],
+                 by_line: dict[int, list[OpSite]]) -> dict | None:
         per_call, names, fwd, bwd, best, best_calls = 0.0, set(), [], [], -1, -1.0
         others: set[str] = set()
-        for line in group:
+        for line in lines:
             sites = [s for s in by_line[line] if not s.backward]
             pointwise = [s for s in sites if is_pointwise(s.name)]
             others.update(base_name(s.name) for s in sites)
@@ -91,13 +106,16 @@ class KernelFusionRule(Rule):
             calls = sum(ctx.count(s.node) for s in pointwise)
             if calls > best_calls:
                 best, best_calls = line, calls
-            bwd += [s.node for s in by_line[line] if s.backward]
         if (best < 0 or per_call < self.t("min_ops_per_call")
                 or len(names) < self.t("min_distinct_ops")):
             return None
+        # the chain's own backward (MulBackward0...), not the line's matmuls' and convs'
+        bwd = [s.node for line in lines for s in by_line[line]
+               if s.backward and (backward_of(s.name) in names
+                                  or backward_of(s.name).split("_")[0] in names)]
         f = ctx.tree.nodes[best].frame
         origin = None if is_user_file(f.file) else Location(f.file, f.line, f.name)
-        return {"node": best, "lines": sorted(ctx.tree.nodes[n].frame.line for n in group),
+        return {"node": best, "lines": sorted(ctx.tree.nodes[n].frame.line for n in lines),
                 "per_call": per_call, "names": names, "all": names | others, "fwd": fwd,
                 "bwd": bwd, "origin": origin, "module": module_path(ctx, best)}
 
