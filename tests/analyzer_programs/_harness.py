@@ -9,16 +9,29 @@ import sys
 import time
 
 
+def device() -> str:
+    """``cuda`` when the GPU suite runs the program (DEEPCONTEXT_SUITE_DEVICE=cuda), else cpu."""
+    return os.environ.get("DEEPCONTEXT_SUITE_DEVICE", "cpu")
+
+
+def synchronize() -> None:
+    if device() == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
 def variant(default: str = "before") -> str:
     """``before`` (the program as written) or ``after`` (with the analyzer's fix applied)."""
     return sys.argv[1] if len(sys.argv) > 1 else default
 
 
-def run(step, steps: int, sync=None) -> None:
+def run(step, steps: int) -> None:
     timing = os.environ.get("DEEPCONTEXT_FIX_TIMING")
+    sync = synchronize if device() == "cuda" else None
     if not timing:
         for _ in range(steps):
             step()
+        synchronize()
         return
     for _ in range(3):  # warm-up: first-call costs are not the steady state being compared
         step()

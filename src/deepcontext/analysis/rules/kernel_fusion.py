@@ -115,8 +115,9 @@ class KernelFusionRule(Rule):
                                   or backward_of(s.name).split("_")[0] in names)]
         f = ctx.tree.nodes[best].frame
         origin = None if is_user_file(f.file) else Location(f.file, f.line, f.name)
+        runs = line_executions(ctx, [s for s in by_line[best] if not s.backward])
         return {"node": best, "lines": sorted(ctx.tree.nodes[n].frame.line for n in lines),
-                "per_call": per_call, "names": names, "all": names | others, "fwd": fwd,
+                "runs": runs, "per_call": per_call, "names": names, "all": names | others, "fwd": fwd,
                 "bwd": bwd, "origin": origin, "module": module_path(ctx, best)}
 
     def _finding(self, ctx: AnalysisContext, parts: list[dict]) -> Iterator[Finding]:
@@ -128,8 +129,8 @@ class KernelFusionRule(Rule):
         gpu = sum(ctx.inc("gpu.time")[n] for n in fwd + bwd)
         launches = sum(ctx.inc("gpu.launches")[n] for n in fwd + bwd)
         spent, where = (gpu, "GPU") if gpu > 0 else (host, "host")
-        # A fused kernel makes one pass where the chain made ``per_call``: keep 1/per_call.
-        gain = spent * (1 - 1 / per_call)
+        keep = self._fused_share(ctx, parts, gpu > 0, per_call)
+        gain = spent * (1 - keep)
         severity = self.severity_for(ctx, gain)
         if severity is None:
             return
@@ -170,9 +171,30 @@ class KernelFusionRule(Rule):
             evidence=evidence,
             suggestion=self._fix(ctx, node, origin, fused, modules),
             gain_seconds=gain,
-            method=(f"a fused kernel makes one pass instead of {per_call:.1f}: saves "
-                    f"(1 - 1/{per_call:.1f}) of the chain's {where} time, forward and backward"),
+            method=(f"a fused kernel does at least the work of the chain's costliest operator "
+                    f"({percent(keep)} of the chain per call) in one pass instead of "
+                    f"{per_call:.1f}: saves the rest of the chain's {where} time, forward and "
+                    f"backward"),
             origin=origin)
+
+    @staticmethod
+    def _fused_share(ctx: AnalysisContext, parts: list[dict], on_gpu: bool,
+                     per_call: float) -> float:
+        """What the fused kernel keeps of the chain: its costliest single operator call over
+        the chain's time per execution (1/n for n equal memory-bound kernels; more where one
+        operator, a tanh or a pow on the CPU, does most of the work)."""
+        def cost(n: int) -> float:
+            return ctx.inc("gpu.time")[n] if on_gpu else ctx.host_time(n)
+        costliest, chain = 0.0, 0.0
+        for p in parts:
+            if p["runs"] <= 0:
+                continue
+            costliest = max([costliest] + [cost(n) / ctx.count(n) for n in p["fwd"]
+                                           if ctx.count(n) > 0])
+            chain = max(chain, sum(cost(n) for n in p["fwd"]) / p["runs"])
+        if chain <= 0:
+            return 1 / per_call
+        return min(1.0, max(1 / per_call, costliest / chain))
 
     @staticmethod
     def _fix(ctx: AnalysisContext, node: int, origin: Location | None,
