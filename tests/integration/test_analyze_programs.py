@@ -45,14 +45,22 @@ def record(tmp: Path, program: str, variant: str) -> Path:
     return out
 
 
+class Profiles:
+    """Each program recorded once, on first use: one test records at most the two variants it
+    reads, so no single test holds the whole suite's recording time."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.paths = tmp, {}
+
+    def __getitem__(self, key: tuple[str, str]) -> Path:
+        if key not in self.paths:
+            self.paths[key] = record(self.tmp, *key)
+        return self.paths[key]
+
+
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("programs")
-    out = {}
-    for name, expected in SUITE.items():
-        for variant in ("before", "after") if expected else ("before",):
-            out[name, variant] = record(tmp, name, variant)
-    return out
+    return Profiles(tmp_path_factory.mktemp("programs"))
 
 
 def findings(path: Path) -> list[dict]:
