@@ -1,6 +1,7 @@
 """What every real program of the analyzer suite shares: run a step function a fixed number of
 times after its set-up, and, when DEEPCONTEXT_FIX_TIMING is set (benchmarks/fix_gains.py), print
-the median step time as the last line instead (the variant's steady-state cost)."""
+the median and the fastest step time as the last line (the variant's steady-state cost; on a
+shared machine the fastest step is the least disturbed one)."""
 
 import json
 import os
@@ -28,6 +29,9 @@ def variant(default: str = "before") -> str:
 def run(step, steps: int) -> None:
     timing = os.environ.get("DEEPCONTEXT_FIX_TIMING")
     sync = synchronize if device() == "cuda" else None
+    if device() == "cpu":
+        import torch
+        torch.set_num_threads(1)  # one core each: steadier on a shared 2-core machine
     if not timing:
         for _ in range(steps):
             step()
@@ -44,4 +48,5 @@ def run(step, steps: int) -> None:
         if sync:
             sync()
         times.append(time.perf_counter() - t)
-    print(json.dumps({"median_step_s": statistics.median(times)}), flush=True)
+    print(json.dumps({"median_step_s": statistics.median(times), "min_step_s": min(times)}),
+          flush=True)

@@ -8,8 +8,11 @@ a well-written program, which must get nothing at warning or above. Programs wit
 SUITE = {
     # third-party models
     "gpt2_train": ("kernel-fusion", "FORWARD", "transformers/activations.py"),
-    "llama_train": ("kernel-fusion", "FORWARD", "transformers/models/llama/modeling_llama.py"),
-    "bert_inference": ("autograd-unused", "FORWARD", None),
+    # LlamaRMSNorm's chain is a note (3% estimated); swapping in torch.nn.RMSNorm measured 0.97x
+    "llama_train": None,
+    # grad-mode inference: autograd-unused notes it (2 us per graph node: ~0.2% of this step on
+    # the CPU, no warning); inference_mode made no measurable difference here
+    "bert_inference": None,
     "vit_train": None,
     "gpt2_generate": None,
     "gcn_train": None,
@@ -20,6 +23,3 @@ SUITE = {
     "cnn_train": None,
     "clone_snapshot": None,
 }
-
-#: rules whose data the capture does not record yet: the finding is checked when it does
-NEEDS_METRIC = {"autograd-unused": "autograd.nodes"}

@@ -20,9 +20,7 @@ pytest.importorskip("torch_geometric")
 
 PROGRAMS = Path(__file__).parents[1] / "analyzer_programs"
 sys.path.insert(0, str(PROGRAMS))
-from _suite import NEEDS_METRIC, SUITE  # noqa: E402
-
-from deepcontext.tree import load  # noqa: E402
+from _suite import SUITE  # noqa: E402
 
 RANK = {"note": 0, "warning": 1, "error": 2}
 FIXED = [name for name, expected in SUITE.items() if expected]
@@ -78,10 +76,7 @@ def warnings(found: list[dict]) -> list[dict]:
 @pytest.mark.parametrize("name", FIXED)
 def test_the_one_warning_is_the_expected_finding_at_the_exact_line(profiles, name):
     rule, marker, origin = SUITE[name]
-    path = profiles[name, "before"]
-    if rule in NEEDS_METRIC and load(path).total(NEEDS_METRIC[rule]) <= 0:
-        pytest.skip(f"{rule} reads {NEEDS_METRIC[rule]}, which this capture does not record")
-    got = warnings(findings(path))
+    got = warnings(findings(profiles[name, "before"]))
     assert [f["rule"] for f in got] == [rule], [(f["rule"], f["title"]) for f in got]
     (f,) = got
     assert f["location"]["file"] == str(PROGRAMS / f"{name}.py")
@@ -102,7 +97,8 @@ def test_fixed_and_well_written_programs_get_nothing_at_warning(profiles, name, 
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_set_up_lines_and_generated_code_get_no_finding(profiles, name):
-    setup = {line_of(name, "SETUP")} if "# SETUP" in (PROGRAMS / f"{name}.py").read_text() else set()
+    text = (PROGRAMS / f"{name}.py").read_text().splitlines()
+    setup = {i for i, t in enumerate(text, 1) if "# SETUP" in t}
     for variant in ("before", "after") if SUITE[name] else ("before",):
         for f in findings(profiles[name, variant]):
             loc = f["location"]
@@ -119,8 +115,11 @@ def test_library_chain_names_the_lever(profiles):
     assert f["origin"]["function"] == "NewGELUActivation.forward"
     assert "activation_function='gelu_pytorch_tanh'" in f["suggestion"]
     assert "<module>" not in f["suggestion"] and "<locals>" not in f["suggestion"]
-    (norm,) = warnings(findings(profiles["llama_train", "before"]))
-    assert norm["origin"]["function"] == "LlamaRMSNorm.forward"
+    # Llama's hand-written RMS norm: a note (its swap measured no gain on the CPU), where it is
+    (norm,) = [g for g in findings(profiles["llama_train", "before"])
+               if g["origin"] and g["origin"]["function"] == "LlamaRMSNorm.forward"]
+    assert norm["severity"] == "note" and norm["rule"] == "kernel-fusion"
+    assert norm["origin"]["file"].endswith("transformers/models/llama/modeling_llama.py")
     assert "torch.nn.RMSNorm" in norm["suggestion"]
 
 

@@ -20,8 +20,8 @@ INPLACE_UPDATE = frozenset(f"{name}_" for name in (
 # creation. Views (view, unsqueeze, transpose, detach...) are not among them: a forward pass
 # issues thousands of those without any loop.
 ELEMENT_ACCESS = frozenset("""
-select index item _local_scalar_dense copy_ fill_ lift_fresh scalar_tensor tensor zeros ones full setitem
-index_put_ _index_put_impl_
+select index item _local_scalar_dense copy_ fill_ lift_fresh scalar_tensor tensor zeros ones full
+setitem index_put_ _index_put_impl_
 """.split())
 
 # Picking one element or row of a tensor: what a loop over a dimension does every iteration.

@@ -26,10 +26,9 @@ class UnusedAutogradRule(Rule):
         "min_nodes": Threshold(100, "a few graph nodes (a one-off check) cost nothing; 100+ "
                                     "are a forward pass run in grad mode"),
         "min_runs": Threshold(10, "set-up lines (building the model) are not the inference loop"),
-        "graph_saving": Threshold(0.15, "measured on CPU here: BERT-style inference 1.1-1.3x "
-                                        "faster under inference_mode (graph nodes, saved "
-                                        "tensors, version counters); 15% of the forward's "
-                                        "operator time is conservative"),
+        "node_cost_s": Threshold(2e-6, "recording one autograd node costs ~2 us of host time "
+                                       "(measured here: torch.mul on 16 floats, 5.3 us in grad "
+                                       "mode, 3.2 us under inference_mode)"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
@@ -45,7 +44,7 @@ class UnusedAutogradRule(Rule):
         for owner, made in nodes.items():
             if made < self.t("min_nodes") or not ctx.repeated(owner, self.t("min_runs")):
                 continue
-            gain = spent[owner] * self.t("graph_saving")
+            gain = min(spent[owner], made * self.t("node_cost_s"))
             severity = self.severity_for(ctx, gain)
             if severity is None:
                 continue
@@ -67,8 +66,8 @@ class UnusedAutogradRule(Rule):
                             "later enter autograd), and call model.eval() for dropout and "
                             "batch norm"),
                 gain_seconds=gain,
-                method=(f"conservatively {self.t('graph_saving'):.0%} of the forward's host "
-                        f"time (graph recording and saved tensors skipped)"))
+                method=(f"{self.t('node_cost_s') * 1e6:.0f} us of host time per autograd node "
+                        f"recorded (the memory of the saved activations comes on top)"))
 
     @staticmethod
     def _ran_backward(ctx: AnalysisContext) -> bool:

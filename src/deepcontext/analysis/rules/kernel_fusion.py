@@ -117,8 +117,8 @@ class KernelFusionRule(Rule):
         origin = None if is_user_file(f.file) else Location(f.file, f.line, f.name)
         runs = line_executions(ctx, [s for s in by_line[best] if not s.backward])
         return {"node": best, "lines": sorted(ctx.tree.nodes[n].frame.line for n in lines),
-                "runs": runs, "per_call": per_call, "names": names, "all": names | others, "fwd": fwd,
-                "bwd": bwd, "origin": origin, "module": module_path(ctx, best)}
+                "runs": runs, "per_call": per_call, "names": names, "all": names | others,
+                "fwd": fwd, "bwd": bwd, "origin": origin, "module": module_path(ctx, best)}
 
     def _finding(self, ctx: AnalysisContext, parts: list[dict]) -> Iterator[Finding]:
         head = max(parts, key=lambda p: sum(ctx.count(n) for n in p["fwd"]))
