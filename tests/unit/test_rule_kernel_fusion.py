@@ -175,3 +175,17 @@ def test_a_loop_line_is_not_a_link_of_the_chain():
                   ([user(10), user(6, "step"), op("aten::add_")], {"op.count": calls, "op.time": .2})])
     (f,) = run(tree)
     assert f.evidence["ops_per_call"] == 4.0 and "lines 4-6" in f.message
+
+
+def test_rms_norm_on_the_cpu_saves_only_its_forward():
+    # torch's CPU rms_norm backward is the decomposed chain: the swap speeds up the forward only
+    norm = [user(12), lib("Module._call_impl"),
+            lib("LlamaRMSNorm.forward", "/sp/site-packages/transformers/llama.py", 66)]
+    paths = [REST] + [(norm + [op(n)], {"op.count": 100, "op.time": 0.02})
+                      for n in ("aten::pow", "aten::mean", "aten::add", "aten::rsqrt",
+                                "aten::mul")]
+    paths.append((norm + [marker(), op("autograd::engine::evaluate_function: PowBackward0")],
+                  {"op.count": 100, "op.time": 0.2}))
+    (f,) = run(build(paths))
+    assert abs(f.estimated_gain.seconds - 0.08 * (1 - 1 / 4)) < 1e-9  # 4 pointwise, no backward
+    assert "torch.nn.RMSNorm(shape)" in f.suggestion and "forward they took" in f.message

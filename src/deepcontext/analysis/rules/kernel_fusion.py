@@ -35,6 +35,10 @@ _KNOWN = (
                                             "bias)", "torch.nn.LayerNorm(shape)"),
 )
 
+# Fused APIs whose CPU backward is still the decomposed chain (torch 2.13: rms_norm's forward is
+# _fused_rms_norm, its backward PowBackward/MeanBackward/RsqrtBackward...).
+_COMPOSITE_CPU_BACKWARD = frozenset({"torch.nn.functional.rms_norm(x, shape, weight)"})
+
 # transformers' activation classes written as Python math, and the config value that selects
 # the same function as one fused operator.
 _HF_ACTIVATIONS = {"NewGELUActivation": "gelu_pytorch_tanh", "FastGELUActivation":
@@ -128,9 +132,15 @@ class KernelFusionRule(Rule):
         host = sum(ctx.host_time(n) for n in fwd + bwd)
         gpu = sum(ctx.inc("gpu.time")[n] for n in fwd + bwd)
         launches = sum(ctx.inc("gpu.launches")[n] for n in fwd + bwd)
+        fused = next(((api, mod) for need, never, api, mod in _KNOWN
+                      if need <= head["all"] and not never & head["all"]), None)
+        if gpu <= 0 and fused and fused[0] in _COMPOSITE_CPU_BACKWARD:
+            # its CPU backward is the same chain of operators: only the forward gets faster
+            host = sum(ctx.host_time(n) for n in fwd)
+            bwd = []
         spent, where = (gpu, "GPU") if gpu > 0 else (host, "host")
-        keep = self._fused_share(ctx, parts, gpu > 0, per_call)
-        gain = spent * (1 - keep)
+        # A fused kernel makes one pass where the chain made ``per_call``: keep 1/per_call.
+        gain = spent * (1 - 1 / per_call)
         severity = self.severity_for(ctx, gain)
         if severity is None:
             return
@@ -139,8 +149,6 @@ class KernelFusionRule(Rule):
         node = head["node"]
         frame = ctx.tree.nodes[node].frame
         fn = frame.name
-        fused = next(((api, mod) for need, never, api, mod in _KNOWN
-                      if need <= head["all"] and not never & head["all"]), None)
         calls = sum(ctx.count(n) for n in fwd)
         modules = module_pattern([p["module"] for p in parts])
         evidence = {"ops_per_call": round(per_call, 2), "distinct_ops": len(names),
@@ -165,36 +173,17 @@ class KernelFusionRule(Rule):
                    f"kernel"),
             message=(f"{what} ({span}) issues "
                      f"{per_call:.1f} elementwise operators per call ({ops}; {calls:.0f} calls; "
-                     f"with their backward they took {seconds(spent)} of {where} time, "
+                     + ("with their backward " if bwd else "forward ") + f"they took "
+                     f"{seconds(spent)} of {where} time, "
                      f"{percent(ctx.fraction(spent))} of the run). Each is a separate pass over "
                      f"memory" + (" and a separate kernel launch." if gpu > 0 else ".")),
             evidence=evidence,
             suggestion=self._fix(ctx, node, origin, fused, modules),
             gain_seconds=gain,
-            method=(f"a fused kernel does at least the work of the chain's costliest operator "
-                    f"({percent(keep)} of the chain per call) in one pass instead of "
-                    f"{per_call:.1f}: saves the rest of the chain's {where} time, forward and "
-                    f"backward"),
+            method=(f"a fused kernel makes one pass instead of {per_call:.1f}: saves "
+                    f"(1 - 1/{per_call:.1f}) of the chain's {where} time, forward"
+                    + (" and backward" if bwd else "")),
             origin=origin)
-
-    @staticmethod
-    def _fused_share(ctx: AnalysisContext, parts: list[dict], on_gpu: bool,
-                     per_call: float) -> float:
-        """What the fused kernel keeps of the chain: its costliest single operator call over
-        the chain's time per execution (1/n for n equal memory-bound kernels; more where one
-        operator, a tanh or a pow on the CPU, does most of the work)."""
-        def cost(n: int) -> float:
-            return ctx.inc("gpu.time")[n] if on_gpu else ctx.host_time(n)
-        costliest, chain = 0.0, 0.0
-        for p in parts:
-            if p["runs"] <= 0:
-                continue
-            costliest = max([costliest] + [cost(n) / ctx.count(n) for n in p["fwd"]
-                                           if ctx.count(n) > 0])
-            chain = max(chain, sum(cost(n) for n in p["fwd"]) / p["runs"])
-        if chain <= 0:
-            return 1 / per_call
-        return min(1.0, max(1 / per_call, costliest / chain))
 
     @staticmethod
     def _fix(ctx: AnalysisContext, node: int, origin: Location | None,
