@@ -1,6 +1,6 @@
-"""A training loop that keeps an exponential moving average of its weights, cloning the
-parameters each step (an intentional copy of contiguous tensors), and zeroes gradients in place
-(zero_grad(set_to_none=False)): well-written, nothing to fix."""
+"""A training loop that keeps an exponential moving average of its weights (one multi-tensor
+update), cloning the parameters each step (an intentional copy of contiguous tensors), and zeroes
+gradients in place (zero_grad(set_to_none=False)): well-written, nothing to fix."""
 import torch
 from _harness import run
 
@@ -20,8 +20,7 @@ def main() -> None:
         opt.zero_grad(set_to_none=False)  # ZERO
         with torch.no_grad():
             previous = [p.clone() for p in model.parameters()]  # CLONE
-            for e, p, q in zip(ema, model.parameters(), previous):
-                e.mul_(0.9).add_(q, alpha=0.1)
+            torch._foreach_lerp_(ema, previous, 0.1)
 
     run(step, steps=20)
     print("done")

@@ -6,10 +6,10 @@ from _harness import run, variant
 
 def margin_loss(scores, labels):
     total = torch.zeros(())
-    for i in range(scores.shape[0]):  # LOOP
+    for i in range(scores.shape[0]):
         row = scores[i]
         correct = row[labels[i]]
-        total = total + torch.clamp(1.0 - correct + row, min=0.0).sum() - 1.0
+        total = total + torch.clamp(1.0 - correct + row, min=0.0).sum() - 1.0  # LOOP
     return total / scores.shape[0]
 
 

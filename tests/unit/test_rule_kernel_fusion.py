@@ -189,3 +189,14 @@ def test_rms_norm_on_the_cpu_saves_only_its_forward():
     (f,) = run(build(paths))
     assert abs(f.estimated_gain.seconds - 0.08 * (1 - 1 / 4)) < 1e-9  # 4 pointwise, no backward
     assert "torch.nn.RMSNorm(shape)" in f.suggestion and "forward they took" in f.message
+
+
+def test_a_dispatch_bound_chain_without_a_fused_api_is_a_note_on_the_cpu():
+    # a vectorized hinge loss on 256x10 scores: 4 elementwise ops of ~8 us each per call;
+    # torch.compile's own call overhead is as large as what fusing would save
+    line = [user(10), user(18, "margin_loss")]
+    tree = build([([user(30), op("aten::addmm")], {"op.time": 0.01, "op.count": 100})]
+                 + [(line + [op(n)], {"op.count": 100, "op.time": 100 * 8e-6})
+                    for n in ("aten::add", "aten::clamp", "aten::rsub", "aten::sub")])
+    (f,) = run(tree)
+    assert f.severity == "note" and f.estimated_gain.fraction > 0.05

@@ -124,9 +124,15 @@ def row_loops(ctx: AnalysisContext, *, min_iterations: float, max_ops_per_iterat
             index_calls = {s.name: ctx.count(s.node) for s in sites
                            if s.name.removeprefix("aten::") in INDEXING
                            and code_line(ctx, s.node) in body}
+            # `for row in tensor:` unbinds the tensor once per loop (Tensor.__iter__), at the
+            # `for` line, which runs with the function's other lines
+            unbind = [s for line in region if line not in body for s in ctx.forward_sites(line)
+                      if s.name == "aten::unbind" and code_line(ctx, s.node) == line]
+            if unbind:
+                index_calls["aten::unbind"] = r
             if not index_calls or sum(index_calls.values()) < r:
                 continue  # the body does not pick an element of a tensor each time
-            host = sum(ctx.host_time(s.node) for s in sites)
+            host = sum(ctx.host_time(s.node) for s in sites + unbind)
             if calls / r > max_ops_per_iteration or host / calls > max_mean_op_s:
                 continue
             found.append(RowLoop(tuple(body), r / outer, r, calls / r, host,

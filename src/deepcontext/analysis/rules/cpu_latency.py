@@ -104,7 +104,8 @@ class CpuLatencyRule(Rule):
                 self, line, severity=severity,
                 title=(f"Python loop over a tensor's rows at {ctx.where(line)}: "
                        f"{loop.iterations:.0f} iterations per call of {fn}(), "
-                       f"{loop.ops_per_iteration:.0f} tiny ops each"),
+                       f"{loop.ops_per_iteration:.0f} tiny "
+                       f"op{'' if round(loop.ops_per_iteration) == 1 else 's'} each"),
                 message=(f"{fn}() ({span}) runs its loop body {loop.iterations:.0f} times per "
                          f"call ({loop.runs:.0f} times in all), each time picking one element "
                          f"or row ({loop.indexing}) and issuing {loop.ops_per_iteration:.1f} "

@@ -32,7 +32,7 @@ class HotspotRule(Rule):
         for node in ctx.tree.nodes[1:]:
             value = node.metrics.get(metric, 0.0)
             owner = ctx.owner[node.id]
-            if value <= 0 or owner <= 0 or ctx.in_import[node.id]:
+            if value <= 0 or owner <= 0 or ctx.in_import[node.id] or ctx.in_setup[node.id]:
                 continue
             owned[owner] += value
             leaf = self._leaf(ctx, node.id)

@@ -57,6 +57,10 @@ class KernelFusionRule(Rule):
         "min_ops_per_call": Threshold(4, "2-3 elementwise ops per statement (a*b+c) are normal; "
                                          "4+ per call is a hand-written activation/normalization"),
         "min_distinct_ops": Threshold(2, "one op repeated is a loop, not a fusion candidate"),
+        "min_compile_op_s": Threshold(20e-6, "on the CPU, a chain without a fused API whose "
+                                             "operators average under 20 us is dispatch-bound: "
+                                             "torch.compile's own per-call overhead (tens of "
+                                             "us) eats the saving, so it stays a note"),
         "max_execution_ratio": Threshold(2, "lines of one chain run equally often; a line run "
                                             "many times per call is a loop over other tensors "
                                             "(an optimizer update), not a link of the chain"),
@@ -144,6 +148,11 @@ class KernelFusionRule(Rule):
         severity = self.severity_for(ctx, gain)
         if severity is None:
             return
+        mean_op = host / max(1.0, sum(ctx.count(n) for n in fwd + bwd))
+        if gpu <= 0 and fused is None and mean_op < self.t("min_compile_op_s"):
+            # dispatch-bound operators on tiny tensors: the only lever, torch.compile, pays a
+            # per-call overhead of its own about as large as what fusing would save
+            severity = "note"
         lines = head["lines"]
         span = f"lines {lines[0]}-{lines[-1]}" if len(lines) > 1 else f"line {lines[0]}"
         node = head["node"]

@@ -122,8 +122,10 @@ class OptimizerLoopRule(Rule):
                 evidence={"update_calls": int(n_updates), "gradients": int(grads),
                           "updates_per_gradient": round(ratio, 2), "time_s": t},
                 suggestion=("replace the loop with a built-in optimizer: " + _fix(ctx, "sgd")
-                            + (", or batch it yourself with torch._foreach_mul_/_foreach_add_("
-                               "params, grads, alpha=-lr)" if ctx.has_gpu else "")),
+                            + "; or, for updates no optimizer does (an EMA of the weights), "
+                              "batch them with torch._foreach_ ops: torch._foreach_lerp_(ema, "
+                              "params, 0.1), torch._foreach_add_(params, grads, alpha=-lr) "
+                              "(measured here on the CPU: an EMA over 4 tensors 1.5x faster)"),
                 gain_seconds=gain,
                 method=f"conservatively {self.t('foreach_saving'):.0%} of the loop's host time")
 
