@@ -36,18 +36,24 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=120, cwd=cwd, check=False)
 
 
+class Profiles:
+    """Every analyze_* program recorded once, on first use (a test records only what it reads,
+    so no single test holds the recording time of all fourteen)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.paths = tmp, {}
+
+    def __getitem__(self, program: str) -> Path:
+        if program not in self.paths:
+            proc, path = record(self.tmp, program, options=OPTIONS)
+            assert proc.returncode == 0, proc.stderr
+            self.paths[program] = path
+        return self.paths[program]
+
+
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
-    """Every analyze_* program recorded once, keyed by file name."""
-    tmp = tmp_path_factory.mktemp("analyze")
-    out = {}
-    for stem, *_ in PAIRS:
-        for kind in ("bad", "good"):
-            program = f"analyze_{stem}_{kind}.py"
-            proc, path = record(tmp, program, options=OPTIONS)
-            assert proc.returncode == 0, proc.stderr
-            out[program] = path
-    return out
+    return Profiles(tmp_path_factory.mktemp("analyze"))
 
 
 def findings(path: Path, *extra: str) -> list[dict]:

@@ -19,7 +19,7 @@ from deepcontext.analysis.testing import build, op, user
 from deepcontext.errors import DeepContextError
 
 KEYS = {"rule", "category", "severity", "title", "message", "node", "location", "path",
-        "evidence", "suggestion", "estimated_gain"}
+        "evidence", "suggestion", "estimated_gain", "origin"}
 
 
 class Fixed(Rule):
@@ -47,7 +47,7 @@ def small_tree():
 
 def test_every_builtin_rule_has_id_category_description_and_justified_thresholds():
     rules = builtin_rules()
-    assert len({r.id for r in rules}) == len(rules) == 14
+    assert len({r.id for r in rules}) == len(rules) == 15
     assert {r.category for r in rules} <= set(CATEGORIES)
     for r in rules:
         assert r.description and r.thresholds
@@ -193,6 +193,12 @@ def test_entry_point_rules_are_loaded_and_broken_ones_warn(monkeypatch):
     ("/venv/lib/python3.12/dist-packages/numpy/core/numeric.py", False),
     ("/home/me/src/pytorch/torch/nn/functional.py", False),
     ("/home/me/torch-experiments/train.py", True),
+    ("/tmp/train.py", True),  # a script of the user's in the temp directory
+    ("/tmp/pytest-of-me/pytest-3/test_x0/tmpab12cd34.py", True),
+    # generated at run time: a template rendered into a NamedTemporaryFile, Inductor's output
+    ("/tmp/torch_geometric.nn.conv.gcn_conv_GCNConv_propagate_x1y2z3w4.py", False),
+    ("/tmp/tmpab12cd34.py", False),
+    ("/tmp/torchinductor_me/xy/cxyzabc.py", False),
     ("", False),
 ])
 def test_user_code_detection(path, mine):
@@ -211,3 +217,24 @@ def test_non_finite_metrics_still_give_valid_json():
     rep = FindingsReport(findings=found, profile="x", rules=rules, profiled_time=0.0)
     for fmt in ("json", "sarif"):
         json.loads(render(rep, fmt), parse_constant=lambda c: pytest.fail(f"{fmt}: {c}"))
+
+
+def test_profiled_time_leaves_out_worker_threads_and_set_up_is_not_steady_host_time():
+    from deepcontext.analysis.context import AnalysisContext
+    from deepcontext.analysis.testing import lib
+    from deepcontext.tree.frame import Frame
+    worker = Frame.make("thread", "intra-op")
+    tree = build([([user(10), op("aten::mm")], {"op.count": 100, "op.time": 1.0}),
+                  ([worker, Frame.make("native", "sgemm_kernel", "libopenblas.so")],
+                   {"cpu.time": 3.0}),
+                  ([user(4, "main"), lib("GPT2LMHeadModel.__init__",
+                                         "/sp/site-packages/transformers/gpt2.py")],
+                   {"cpu.time": 0.5})])
+    ctx = AnalysisContext(tree)
+    # the main thread's work (1 s of operators); the BLAS workers' 3 s of CPU ran beside it
+    assert ctx.profiled_time == 1.0
+    line4 = next(n.id for n in tree.nodes if n.frame.line == 4)
+    line10 = next(n.id for n in tree.nodes if n.frame.line == 10)
+    assert ctx.host_time(line4) == 0.0  # building the model: set-up, not steady host time
+    assert ctx.host_time(line10) == 1.0 and ctx.runs(line10) == 100
+    assert ctx.repeated(line10) and not ctx.repeated(line4)

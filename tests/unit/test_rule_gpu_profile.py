@@ -29,6 +29,7 @@ def gpu_profile(fp32=True, item_wait=0.2, pageable=True):
           ("aten::mul", "aten::add", "aten::tanh", "aten::pow", "aten::mul_")],
         ([main, user(50, "log"), op("aten::item"), op("aten::_local_scalar_dense"),
           sync("cudaStreamSynchronize")], {"sync.wait": item_wait, "sync.count": 1000}),
+        ([main, user(60, "fetch"), op("aten::to")], {"op.count": 100, "op.time": 0.001}),
         ([main, user(60, "fetch"), op("aten::to"), op("aten::_to_copy"), op("aten::copy_"),
           memcpy("HtoD", pinned=not pageable)],
          {"memcpy.time": 0.1, "memcpy.bytes": 200 << 20, "memcpy.count": 100}),

@@ -38,3 +38,14 @@ def test_quiet_when_no_reason_passes_thirty_percent():
 def test_quiet_with_too_few_samples_or_no_instruction_frames():
     assert run(stall_tree(60, 39)) == []
     assert run(build([REST, (K, {"gpu.time": 0.5})])) == []
+
+
+def test_pc_sampling_metric_names_are_read_too():
+    # the PC sampling source's names: pc.samples.<reason>, here kept on the kernel node
+    from deepcontext.analysis.rules.gpu_stall import GpuStallRule
+    tree = build([([user(5), op("aten::mm"), kernel("gemm")],
+                   {"gpu.time": 0.5, "gpu.launches": 10, "pc.samples": 1000,
+                    "pc.samples.long_scoreboard": 600, "pc.samples.wait": 100})])
+    (f,) = analyze(tree, rules=[GpuStallRule()])
+    assert f.evidence["reason"] == "long_scoreboard" and f.evidence["reason_share"] == 0.6
+    assert f.location.line == 5 and "coalesce" in f.suggestion

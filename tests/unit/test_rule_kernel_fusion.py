@@ -3,6 +3,7 @@
 from deepcontext.analysis import analyze
 from deepcontext.analysis.rules.kernel_fusion import KernelFusionRule
 from deepcontext.analysis.testing import USER_FILE, build, kernel, lib, marker, op, user
+from deepcontext.tree.frame import Frame
 
 REST = ([user(30), op("aten::addmm")], {"op.time": 0.9, "op.count": 100})
 
@@ -42,13 +43,78 @@ def test_one_op_repeated_is_not_a_fusion_candidate():
                       ([user(10), op("aten::sum")], {"op.count": 100, "op.time": 0.01})])) == []
 
 
-def test_points_at_the_user_line_not_the_library_function():
-    frames = [user(12), lib("gelu_impl", "/usr/lib/python3.11/site-packages/transformers/act.py")]
+ACT = "/usr/lib/python3.11/site-packages/transformers/activations.py"
+
+
+def test_a_library_chain_is_found_where_it_lives_and_reported_at_the_users_line():
+    frames = [user(12), lib("Module._call_impl"), lib("NewGELUActivation.forward", ACT, 66)]
     tree = build([REST] + [(frames + [op(n)], {"op.count": c, "op.time": 0.05})
-                           for n, c in (("aten::mul", 300), ("aten::pow", 100), ("aten::add", 200))])
+                           for n, c in (("aten::mul", 400), ("aten::pow", 100),
+                                        ("aten::add", 200), ("aten::tanh", 100))])
     (f,) = run(tree)
-    assert f.location.line == 12 and f.location.file == USER_FILE
-    assert f.path == ["main (train.py:12)"]  # the finding is about the user's line node
+    assert f.location.line == 12 and f.location.file == USER_FILE  # the line you can change
+    assert (f.origin.file, f.origin.line, f.origin.function) == (
+        ACT, 66, "NewGELUActivation.forward")  # where the chain lives
+    assert f.path[-1] == "NewGELUActivation.forward (activations.py:66)"
+    assert f.evidence["ops_per_call"] == 8.0
+    assert f.evidence["library_function"] == ("transformers/activations.py:66 "
+                                              "NewGELUActivation.forward")
+    assert "activation_function='gelu_pytorch_tanh'" in f.suggestion  # the config lever
+    assert "<module>" not in f.suggestion and "torch.compile(model)" in f.suggestion
+
+
+def test_each_library_chain_under_one_line_is_its_own_chain():
+    # a whole model under one user line: the GELU of the MLP and a hand-written norm are two
+    # chains (one per function call), not one 12-op chain of everything under the line
+    gelu = [user(12), lib("Module._call_impl"), lib("NewGELUActivation.forward", ACT, 66)]
+    norm = [user(12), lib("Module._call_impl"),
+            lib("RMSNorm.forward", "/sp/site-packages/mylib/norm.py", 9)]
+    paths = [REST] + [(gelu + [op(n)], {"op.count": c, "op.time": 0.05})
+                      for n, c in (("aten::mul", 400), ("aten::pow", 100), ("aten::add", 200),
+                                   ("aten::tanh", 100))]
+    paths += [(norm + [op(n)], {"op.count": c, "op.time": 0.05})
+              for n, c in (("aten::pow", 100), ("aten::mean", 100), ("aten::add", 100),
+                           ("aten::rsqrt", 100), ("aten::mul", 200))]
+    got = sorted(run(build(paths)), key=lambda f: f.origin.function)
+    assert [(f.origin.function, f.evidence["ops_per_call"]) for f in got] == [
+        ("NewGELUActivation.forward", 8.0), ("RMSNorm.forward", 5.0)]
+    assert "torch.nn.RMSNorm(shape)" in got[1].suggestion  # a module swap for a library norm
+
+
+def test_module_frames_name_the_module_path():
+    def layer(i):
+        return [user(12), Frame.make("module", f"transformer.h.{i}.mlp.act"),
+                lib("NewGELUActivation.forward", ACT, 66)]
+    paths = [REST] + [(layer(i) + [op(n)], {"op.count": c, "op.time": 0.02})
+                      for i in range(3) for n, c in (("aten::mul", 40), ("aten::pow", 10),
+                                                     ("aten::add", 20), ("aten::tanh", 10))]
+    (f,) = run(build(paths))
+    assert f.evidence["module"] == "transformer.h.*.mlp.act"
+    assert f.evidence["op_calls"] == 240 and "transformer.h.*.mlp.act" in f.message
+
+
+def test_fix_texts_can_be_typed():
+    # a nested function and module-level code: never `<module> = torch.compile(<module>)`
+    def chain(frames):
+        return build([REST] + [(frames + [op(n)], {"op.count": 100, "op.time": 0.05})
+                               for n in ("aten::mul", "aten::sub", "aten::exp", "aten::abs")])
+    (nested,) = run(chain([user(12), user(4, "main.<locals>.act")]))
+    assert "decorate the nested function `def act` with @torch.compile" in nested.suggestion
+    assert "<locals>" not in nested.suggestion and "act() (nested in main)" in nested.title
+    (top,) = run(chain([user(12, "<module>")]))
+    assert "<module>" not in top.suggestion + top.title
+    assert "move the expression into a function" in top.suggestion
+
+
+def test_hand_written_silu_with_exp_and_div_is_not_a_softmax():
+    def chain(names):
+        return build([REST] + [([user(10), user(4, "act"), op(n)],
+                                {"op.count": 100, "op.time": 0.05}) for n in names])
+    (silu,) = run(chain(("aten::neg", "aten::exp", "aten::add", "aten::div")))
+    assert "silu" in silu.suggestion and "softmax" not in silu.suggestion
+    (softmax,) = run(chain(("aten::sub", "aten::exp", "aten::sum", "aten::div", "aten::amax",
+                            "aten::mul")))
+    assert "torch.softmax" in softmax.suggestion
 
 
 def test_gpu_gain_uses_kernel_time_and_reports_launches():
@@ -109,3 +175,28 @@ def test_a_loop_line_is_not_a_link_of_the_chain():
                   ([user(10), user(6, "step"), op("aten::add_")], {"op.count": calls, "op.time": .2})])
     (f,) = run(tree)
     assert f.evidence["ops_per_call"] == 4.0 and "lines 4-6" in f.message
+
+
+def test_rms_norm_on_the_cpu_saves_only_its_forward():
+    # torch's CPU rms_norm backward is the decomposed chain: the swap speeds up the forward only
+    norm = [user(12), lib("Module._call_impl"),
+            lib("LlamaRMSNorm.forward", "/sp/site-packages/transformers/llama.py", 66)]
+    paths = [REST] + [(norm + [op(n)], {"op.count": 100, "op.time": 0.02})
+                      for n in ("aten::pow", "aten::mean", "aten::add", "aten::rsqrt",
+                                "aten::mul")]
+    paths.append((norm + [marker(), op("autograd::engine::evaluate_function: PowBackward0")],
+                  {"op.count": 100, "op.time": 0.2}))
+    (f,) = run(build(paths))
+    assert abs(f.estimated_gain.seconds - 0.08 * (1 - 1 / 4)) < 1e-9  # 4 pointwise, no backward
+    assert "torch.nn.RMSNorm(shape)" in f.suggestion and "forward they took" in f.message
+
+
+def test_a_dispatch_bound_chain_without_a_fused_api_is_a_note_on_the_cpu():
+    # a vectorized hinge loss on 256x10 scores: 4 elementwise ops of ~8 us each per call;
+    # torch.compile's own call overhead is as large as what fusing would save
+    line = [user(10), user(18, "margin_loss")]
+    tree = build([([user(30), op("aten::addmm")], {"op.time": 0.01, "op.count": 100})]
+                 + [(line + [op(n)], {"op.count": 100, "op.time": 100 * 8e-6})
+                    for n in ("aten::add", "aten::clamp", "aten::rsub", "aten::sub")])
+    (f,) = run(tree)
+    assert f.severity == "note" and f.estimated_gain.fraction > 0.05

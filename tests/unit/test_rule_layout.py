@@ -53,3 +53,18 @@ def test_library_internal_copy_points_at_the_calling_line():
     assert f.location.line == 22
     assert f.severity == "note" and f.evidence["inside"] == "forward"  # the library's copy
     assert "inside forward" in f.suggestion
+
+
+def test_an_intentional_clone_is_not_a_layout_copy():
+    # x.clone() of a contiguous tensor, every step: a copy the program wants, no view before it
+    line = [user(16), user(9, "snapshot")]
+    clone = line + [op("aten::clone")]
+    tree = build([REST, (clone, {"op.count": 600, "op.time": 1e-3}),
+                  (clone + [op("aten::copy_")], {"op.count": 600, "op.time": 0.3})])
+    assert run(tree) == []
+    # x.t().clone(): the clone exists to change the layout
+    tree = build([REST, (line + [op("aten::t")], {"op.count": 600, "op.time": 1e-3}),
+                  (clone, {"op.count": 600, "op.time": 1e-3}),
+                  (clone + [op("aten::copy_")], {"op.count": 600, "op.time": 0.3})])
+    (f,) = run(tree)
+    assert f.location.line == 9 and f.evidence["views"] == "t"

@@ -4,17 +4,51 @@ inclusive metrics, the operators each line issues, the profiled time and finding
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from ..tree.cct import CallingContextTree
-from ..tree.frame import MARKER, OP, PYTHON
-from .finding import EstimatedGain, Finding, Location
+from ..tree.frame import MARKER, OP, PYTHON, THREAD, Frame
 from ..tree.usercode import is_user_file
+from .finding import EstimatedGain, Finding, Location
 
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+# One-time work that is its own context, never steady-state host time: compilation (Dynamo's
+# frame conversion holds all of torch.compile's tracing, AOT and Inductor work; XLA's lowering
+# and compile under jax.jit), autotuning, and the compile markers the capture writes.
+_SETUP_FILES = ("/torch/_dynamo/convert_frame.py", "/jax/_src/compiler.py",
+                "/jax/_src/interpreters/pxla.py", "/jax/_src/interpreters/mlir.py",
+                "/triton/compiler/", "/torch/_inductor/select_algorithm.py")
+_SETUP_FUNCTIONS = re.compile(r"(^|\.)(benchmark_all_configs|autotune_to_one_config|precompile)$")
+# Building a model and moving or loading it: constructors anywhere, torch's Module methods that
+# walk every parameter once, transformers' weight initialisation.
+_MODULE_SETUP = re.compile(r"^Module\.(_apply|to|cuda|cpu|half|float|double|bfloat16|type|"
+                           r"to_empty|load_state_dict|share_memory)$")
+_LIBRARY_SETUP = re.compile(r"(^|\.)(post_init|init_weights|_init_weights|"
+                            r"from_pretrained|from_config)$")
+
+
+def is_setup_frame(f: Frame) -> bool:
+    """A frame that starts one-time set-up work: compilation and autotuning (``compile``
+    markers written by the capture, or the compilers' own Python entry points), building a
+    model (constructors, weight initialisation) and moving it (``Module.to``/``cuda``)."""
+    if f.kind == MARKER:
+        return f.name.split(":", 1)[0].strip().lower() in ("compile", "autotune", "jit compile")
+    if f.kind != PYTHON:
+        return False
+    if f.name.endswith(".__init__"):
+        return True  # constructing a model, a layer, a dataset: once, before the steps
+    path = f.file.replace("\\", "/")
+    if path.endswith("/torch/nn/modules/module.py") and _MODULE_SETUP.match(f.name):
+        return True
+    if not is_user_file(f.file) and _LIBRARY_SETUP.search(f.name):
+        return True
+    return any(part in path for part in _SETUP_FILES) or (
+        "/torch/_inductor/" in path and bool(_SETUP_FUNCTIONS.search(f.name)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +71,16 @@ class AnalysisContext:
         self.owner = [-1] * n
         self.in_backward = [False] * n
         self.in_import = [False] * n
+        self.in_setup = [False] * n
+        self.in_worker = [False] * n  # under a [thread] frame: a thread outside Python and ops
         for node in tree.nodes[1:]:  # parents come before children in the arena
             p, f = node.parent, node.frame
             self.owner[node.id] = self.owner[p]
             self.in_backward[node.id] = self.in_backward[p] or (f.kind == MARKER
                                                                  and f.name == "backward")
             self.in_import[node.id] = self.in_import[p] or f.file in _IMPORT_FILES
+            self.in_setup[node.id] = self.in_setup[p] or is_setup_frame(f)
+            self.in_worker[node.id] = self.in_worker[p] or f.kind == THREAD
             if f.kind == PYTHON and is_user_file(f.file):
                 self.owner[node.id] = node.id
 
@@ -52,11 +90,59 @@ class AnalysisContext:
         return self.tree.inclusive_all(metric)
 
     def host_time(self, node: int) -> float:
-        """Host seconds spent in a context: sampled CPU time or measured operator wall time,
-        whichever is larger (sampling misses short contexts; op time misses Python time), less
-        the one-time CUDA set-up (context creation, module loading) that ran inside it."""
-        return max(0.0, max(self.inc("cpu.time")[node], self.inc("op.time")[node])
-                   - self.inc("gpu.init")[node])
+        """Steady-state host seconds spent in a context: sampled CPU time or measured operator
+        wall time, whichever is larger (sampling misses short contexts; op time misses Python
+        time), less the one-time work inside it: CUDA set-up (``gpu.init``), compilation and
+        autotuning contexts, and each operator context's first call (``op.first_time``, when
+        the capture records it: cuBLAS/cuDNN handles, allocator growth, lazy loading)."""
+        return self._steady[node]
+
+    @cached_property
+    def _steady(self) -> list[float]:
+        cpu, ops = self.inc("cpu.time"), self.inc("op.time")
+        init, first = self.inc("gpu.init"), self.inc("op.first_time")
+        setup = [0.0] * len(self.tree.nodes)
+        for node in reversed(self.tree.nodes[1:]):  # children before parents
+            i = node.id
+            if self.in_setup[i] and not self.in_setup[node.parent]:
+                setup[i] = max(cpu[i], ops[i])  # the outermost set-up frame holds it all
+            setup[node.parent] += setup[i]
+        return [max(0.0, max(cpu[i], ops[i] - first[i]) - init[i] - setup[i])
+                for i in range(len(self.tree.nodes))]
+
+    def runs(self, node: int) -> float:
+        """How many times the context at ``node`` (a user line) ran, from the operators it
+        issued: its least-called operator site (every operator a statement issues runs at
+        least once per execution). Lines issuing no operator: their deeper lines' fewest runs;
+        0 when nothing under the node issued an operator."""
+        return self._runs[node]
+
+    @cached_property
+    def _runs(self) -> list[float]:
+        n = len(self.tree.nodes)
+        own = [math.inf] * n  # fewest calls of a forward operator site the line issued
+        for site in self.op_sites:
+            c = self.count(site.node)
+            if c > 0 and not site.backward and site.owner > 0:
+                own[site.owner] = min(own[site.owner], c)
+        deeper = [math.inf] * n  # fewest runs of the user lines right below
+        value = [0.0] * n
+        for node in reversed(self.tree.nodes[1:]):  # deeper lines before the lines above them
+            i = node.id
+            if self.owner[i] != i:
+                continue
+            runs = own[i] if own[i] < math.inf else deeper[i]
+            value[i] = 0.0 if runs == math.inf else runs
+            above = self.owner[node.parent]
+            if above > 0 and runs < math.inf:
+                deeper[above] = min(deeper[above], runs)
+        return value
+
+    def repeated(self, node: int, min_runs: float = 10) -> bool:
+        """True when the user line at ``node`` ran at least ``min_runs`` times: part of the steady
+        state (a step loop, a per-batch call), not set-up (model construction, a one-time
+        ``model.to('cuda')``, a warm-up call)."""
+        return self.runs(self.owner[node] if node > 0 else node) >= min_runs
 
     @cached_property
     def has_gpu(self) -> bool:
@@ -70,7 +156,10 @@ class AnalysisContext:
         tree = self.tree
         host = 0.0
         for metric in ("cpu.time", "op.time"):
-            outside = sum(n.metrics.get(metric, 0.0) for n in tree.nodes if not self.in_import[n.id])
+            # intra-op workers and other threads outside Python run beside the main thread:
+            # adding their CPU time would make the run look longer the more cores it used
+            outside = sum(n.metrics.get(metric, 0.0) for n in tree.nodes
+                          if not self.in_import[n.id] and not self.in_worker[n.id])
             host = max(host, outside)
         return max(host, tree.total("gpu.time"), tree.total("sync.wait"))
 
@@ -144,7 +233,7 @@ class AnalysisContext:
 
     def finding(self, rule: Any, node: int, *, severity: str, title: str, message: str,
                 evidence: dict[str, float | int | str], suggestion: str, gain_seconds: float,
-                method: str) -> Finding:
+                method: str, origin: Location | None = None) -> Finding:
         """Build a finding for ``rule`` about ``node`` with location, path and gain filled in."""
         gain_seconds = _finite(gain_seconds)
         gain = EstimatedGain(round(gain_seconds, 9), round(self.fraction(gain_seconds), 6), method)
@@ -153,7 +242,7 @@ class AnalysisContext:
         return Finding(rule=rule.id, category=rule.category, severity=severity, title=title,
                        message=message, node=node, location=self.location(node),
                        path=self.path_labels(node), evidence=evidence, suggestion=suggestion,
-                       estimated_gain=gain)
+                       estimated_gain=gain, origin=origin)
 
     def where(self, node: int) -> str:
         """``file.py:12`` of the user's line, for messages."""

@@ -39,11 +39,12 @@ def rank_key(f: Finding) -> tuple:
 
 
 def merge_duplicates(findings: Iterable[Finding]) -> list[Finding]:
-    """One finding per (rule, user line): the same cause reached through several call paths
-    (or forward and backward) is reported once, with the gains added up."""
+    """One finding per (rule, user line, library origin): the same cause reached through
+    several call paths (or forward and backward) is reported once, with the gains added up;
+    two library chains under one user line stay two findings."""
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
-        key = (f.rule, f.location) if f.location else (f.rule, f.node)
+        key = (f.rule, f.location, f.origin) if f.location else (f.rule, f.node)
         groups.setdefault(key, []).append(f)
     out = []
     for group in groups.values():

@@ -60,6 +60,9 @@ class Finding:
     estimated_gain: EstimatedGain
     #: other nodes whose findings were merged into this one (same rule, same user line)
     merged_nodes: list[int] = field(default_factory=list)
+    #: where the cause lives when it is library code the user's line calls (a library function
+    #: issuing a chain of operators), else None
+    origin: Location | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -81,4 +84,5 @@ class Finding:
             "evidence": dict(self.evidence),
             "suggestion": self.suggestion,
             "estimated_gain": self.estimated_gain.to_dict(),
+            "origin": self.origin.to_dict() if self.origin else None,
         }

@@ -16,12 +16,16 @@ INPLACE_UPDATE = frozenset(f"{name}_" for name in (
     "add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "sqrt", "clamp", "maximum", "neg",
     "copy", "zero", "fill"))
 
-# Ops a Python loop over elements issues: indexing, scalar reads, tiny tensor creation.
+# Ops a Python loop over elements issues: indexing, scalar reads and writes, tiny tensor
+# creation. Views (view, unsqueeze, transpose, detach...) are not among them: a forward pass
+# issues thousands of those without any loop.
 ELEMENT_ACCESS = frozenset("""
-select slice index index_select item _local_scalar_dense copy_ fill_ unsqueeze squeeze view
-as_strided lift_fresh scalar_tensor empty zeros ones full tensor stack setitem index_put_
-_index_put_impl_ alias detach
+select index item _local_scalar_dense copy_ fill_ lift_fresh scalar_tensor tensor zeros ones full
+setitem index_put_ _index_put_impl_
 """.split())
+
+# Picking one element or row of a tensor: what a loop over a dimension does every iteration.
+INDEXING = frozenset({"select", "index", "slice", "unbind", "index_select"})
 
 # Ops that force the host to wait for the device (on CUDA) before returning.
 HOST_SYNC = frozenset({"item", "_local_scalar_dense", "nonzero", "masked_select",
@@ -44,6 +48,30 @@ MATMUL_CONV = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "c
                          "conv3d", "convolution", "_convolution", "cudnn_convolution",
                          "addmv", "mv", "_scaled_dot_product_efficient_attention",
                          "_scaled_dot_product_flash_attention", "einsum"})
+
+
+# Operators that are their own kernels between elementwise work: a matmul, convolution, norm,
+# embedding or attention ends one chain and starts the next (reductions do not: a fused
+# softmax or norm reduces inside its one kernel).
+CHAIN_BREAKERS = MATMUL_CONV | frozenset({
+    "batch_norm", "native_batch_norm", "_batch_norm_impl_index", "_native_batch_norm_legit",
+    "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "instance_norm",
+    "embedding", "softmax", "_softmax", "log_softmax", "_log_softmax", "cross_entropy_loss",
+    "nll_loss", "nll_loss_nd", "scaled_dot_product_attention", "max_pool2d",
+    "adaptive_avg_pool2d", "avg_pool2d", "rms_norm", "_fused_rms_norm", "cat", "gather",
+    "index_select", "scatter_add", "index_add"})
+
+
+def backward_of(op_name: str) -> str:
+    """The forward operator an autograd node's name belongs to, snake_case:
+    ``autograd::engine::evaluate_function: MulBackward0`` -> ``mul``
+    (``ClampMinBackward0`` -> ``clamp_min``); '' for other names."""
+    tail = op_name.rsplit(" ", 1)[-1].rsplit("::", 1)[-1]
+    if "Backward" not in tail:
+        return ""
+    camel = tail.split("Backward", 1)[0]
+    out = "".join("_" + c.lower() if c.isupper() else c for c in camel).lstrip("_")
+    return {"relu": "relu", "threshold": "relu", "rsub": "rsub"}.get(out, out)
 
 
 def base_name(op_name: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 import sys
 import warnings
 from importlib.metadata import entry_points
@@ -17,13 +18,19 @@ from .rule import Rule
 
 ENTRY_POINT_GROUP = "deepcontext.rules"
 _BUILTIN_MODULES = ("hotspot", "kernel_fusion", "cpu_latency", "sync", "memcpy", "layout",
-                    "serialization", "precision", "optimizer", "dataloader", "gpu_stall", "memory")
+                    "serialization", "precision", "optimizer", "dataloader", "autograd",
+                    "gpu_stall", "memory")
 
 
 def builtin_rules() -> list[Rule]:
-    """One instance of every built-in rule, in documentation order."""
+    """One instance of every built-in rule: the families above in documentation order, then
+    any other module of ``rules/`` (a new family needs no edit here)."""
+    from . import rules as package
+
+    found = sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                   if not m.name.startswith("_") and m.name not in _BUILTIN_MODULES)
     rules: list[Rule] = []
-    for name in _BUILTIN_MODULES:
+    for name in (*_BUILTIN_MODULES, *found):
         module = importlib.import_module(f"deepcontext.analysis.rules.{name}")
         rules.extend(rules_in_module(module))
     return rules

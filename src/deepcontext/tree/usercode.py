@@ -24,6 +24,25 @@ _TORCH_TREE = re.compile(
     r"_compile|_meta_registrations|serialization|random|library)\b")
 
 
+# Code generated at run time: Inductor's and Triton's caches, and modules a library renders
+# from a template into a NamedTemporaryFile (torch-geometric's propagate: /tmp/<module>_<8>.py).
+_GENERATED_DIRS = ("/torchinductor_", "/.triton/cache/", "/triton/cache/")
+_TEMP_MODULE = re.compile(r"^(tmp[a-z0-9_]{8}|[A-Za-z_][\w.]*\.[\w.]*_[a-z0-9_]{8})\.py$")
+
+
+def _is_generated(norm: str) -> bool:
+    if any(part in norm for part in _GENERATED_DIRS):
+        return True
+    folder, _, name = norm.rpartition("/")
+    return folder in _temp_dirs() and bool(_TEMP_MODULE.match(name))
+
+
+@lru_cache(maxsize=1)
+def _temp_dirs() -> frozenset[str]:
+    import tempfile
+    return frozenset({"/tmp", "/var/tmp", tempfile.gettempdir().replace("\\", "/").rstrip("/")})
+
+
 @lru_cache(maxsize=1)
 def _local_library_roots() -> tuple[str, ...]:
     """This interpreter's stdlib and site directories (helps when analyzing on the same host)."""
@@ -38,8 +57,9 @@ def _local_library_roots() -> tuple[str, ...]:
 
 @lru_cache(maxsize=4096)
 def is_user_file(path: str) -> bool:
-    """True when ``path`` is the program's own source, not torch, site-packages, stdlib or
-    a ``<frozen ...>`` module."""
+    """True when ``path`` is the program's own source, not torch, site-packages, stdlib,
+    code generated at run time (Inductor's output, a library's rendered template in the temp
+    directory) or a ``<frozen ...>`` module."""
     if not path:
         return False
     if path.startswith("<"):
@@ -47,6 +67,6 @@ def is_user_file(path: str) -> bool:
     norm = path.replace("\\", "/")
     if any(part in norm for part in _LIBRARY_PARTS):
         return False
-    if _STDLIB.search(norm) or _TORCH_TREE.search(norm):
+    if _STDLIB.search(norm) or _TORCH_TREE.search(norm) or _is_generated(norm):
         return False
     return not norm.startswith(_local_library_roots())

@@ -10,7 +10,7 @@ from ..context import AnalysisContext
 from ..finding import Finding
 from ..ops import ELEMENT_ACCESS, base_name
 from ..rule import Rule, Threshold
-from ._common import percent, seconds
+from ._common import RowLoop, code_line, percent, row_loops, seconds
 
 
 class CpuLatencyRule(Rule):
@@ -30,25 +30,37 @@ class CpuLatencyRule(Rule):
                                            "(select, item, copy_, ...)"),
         "vectorized_keep": Threshold(0.1, "a vectorized rewrite keeps ~10% of the loop's time "
                                           "(one call per batch instead of per element)"),
+        "min_runs": Threshold(10, "a line run fewer times is set-up or warm-up (model "
+                                  "construction, .to('cuda'), the first calls), not the steady "
+                                  "state a launch-bound fix speeds up"),
+        "min_iterations": Threshold(8, "a loop body run 8+ times per call of its function, "
+                                       "indexing a tensor each time, is a loop over a dimension"),
+        "max_ops_per_iteration": Threshold(64, "a few dozen operators per iteration are a "
+                                               "per-row computation; more is a model step"),
+        "max_mean_loop_op_s": Threshold(50e-6, "operators on one row take a few microseconds "
+                                               "(50 us under load); longer ones do real work"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
         if ctx.has_gpu:
             yield from self._launch_bound(ctx)
-        yield from self._element_loops(ctx)
+        loops = row_loops(ctx, min_iterations=self.t("min_iterations"),
+                          max_ops_per_iteration=self.t("max_ops_per_iteration"),
+                          max_mean_op_s=self.t("max_mean_loop_op_s"))
+        yield from self._row_loops(ctx, loops)
+        yield from self._element_loops(ctx, {line for loop in loops for line in loop.lines})
 
     def _launch_bound(self, ctx: AnalysisContext) -> Iterator[Finding]:
         gpu, launches = ctx.inc("gpu.time"), ctx.inc("gpu.launches")
-        cpu, ops, init = ctx.inc("cpu.time"), ctx.inc("op.time"), ctx.inc("gpu.init")
         for owner in ctx.user_nodes():
-            if launches[owner] <= 0:
+            # set-up lines (model construction, a one-time .to('cuda'), warm-up calls) run a
+            # few times; their host time is first-use cost, not launch overhead
+            if launches[owner] <= 0 or not ctx.repeated(owner, self.t("min_runs")):
                 continue
             inner = self._child_owners(ctx, owner)
-            # sampled CPU time, or operator wall time (launches included) when sampling missed
-            # it, less the one-time CUDA set-up that the line happened to trigger
-            host = max(cpu[owner] - sum(cpu[c] for c in inner),
-                       ops[owner] - sum(ops[c] for c in inner)) - (
-                init[owner] - sum(init[c] for c in inner))
+            # steady-state host time (set-up, compile and first calls left out), this line's
+            # own: deeper user lines are judged on their own
+            host = ctx.host_time(owner) - sum(ctx.host_time(c) for c in inner)
             dev = gpu[owner] - sum(gpu[c] for c in inner)
             n = launches[owner] - sum(launches[c] for c in inner)
             if n <= 0 or host < self.t("min_host_to_gpu") * dev:
@@ -64,17 +76,54 @@ class CpuLatencyRule(Rule):
                 self, owner, severity=severity,
                 title=f"launch-bound: {seconds(host)} of host time for {seconds(dev)} of GPU work "
                       f"at {ctx.where(owner)}",
-                message=(f"{ctx.where(owner)} spends {seconds(host)} on the host to launch "
-                         f"{n:.0f} kernels that run {seconds(dev)} on the GPU (mean "
+                message=(f"{ctx.where(owner)} ran {ctx.runs(owner):.0f} times and spent "
+                         f"{seconds(host)} on the host (set-up and compilation left out) to "
+                         f"launch {n:.0f} kernels that run {seconds(dev)} on the GPU (mean "
                          f"{seconds(mean)} per kernel): the GPU waits for the CPU."),
                 evidence={"host_time_s": host, "gpu_time_s": dev, "launches": int(n),
-                          "mean_kernel_s": mean},
+                          "mean_kernel_s": mean, "runs": int(ctx.runs(owner))},
                 suggestion=("cut per-launch host overhead: capture the step with CUDA graphs "
-                            "(torch.compile(model, mode='reduce-overhead') or torch.cuda.graphs), "
-                            "fuse small ops with torch.compile, or raise the batch size so each "
-                            "kernel does more work"),
+                            "(`compiled = torch.compile(model, mode='reduce-overhead')`, or "
+                            "torch.cuda.graphs), fuse small ops with torch.compile, or raise the "
+                            "batch size so each kernel does more work"),
                 gain_seconds=gain,
                 method="host time above the GPU time it launches (the GPU-bound step time)")
+
+    def _row_loops(self, ctx: AnalysisContext, loops: list[RowLoop]) -> Iterator[Finding]:
+        for loop in loops:
+            gain = loop.host_time * (1 - self.t("vectorized_keep"))
+            severity = self.severity_for(ctx, gain)
+            if severity is None:
+                continue
+            line = max(loop.lines, key=lambda n: sum(ctx.count(s.node)
+                                                     for s in ctx.forward_sites(n)))
+            lines = sorted(ctx.tree.nodes[n].frame.line for n in loop.lines)
+            span = f"lines {lines[0]}-{lines[-1]}" if len(lines) > 1 else f"line {lines[0]}"
+            fn = ctx.tree.nodes[line].frame.name.rsplit(".", 1)[-1]
+            yield ctx.finding(
+                self, line, severity=severity,
+                title=(f"Python loop over a tensor's rows at {ctx.where(line)}: "
+                       f"{loop.iterations:.0f} iterations per call of {fn}(), "
+                       f"{loop.ops_per_iteration:.0f} tiny "
+                       f"op{'' if round(loop.ops_per_iteration) == 1 else 's'} each"),
+                message=(f"{fn}() ({span}) runs its loop body {loop.iterations:.0f} times per "
+                         f"call ({loop.runs:.0f} times in all), each time picking one element "
+                         f"or row ({loop.indexing}) and issuing {loop.ops_per_iteration:.1f} "
+                         f"operators on it: {seconds(loop.host_time)} "
+                         f"({percent(ctx.fraction(loop.host_time))} of the run) of per-operator "
+                         f"overhead that one operator over the whole dimension pays once."),
+                evidence={"iterations_per_call": round(loop.iterations, 2),
+                          "body_runs": int(loop.runs),
+                          "ops_per_iteration": round(loop.ops_per_iteration, 2),
+                          "time_s": loop.host_time, "indexing": loop.indexing},
+                suggestion=("vectorize over that dimension: apply the body's operators to the "
+                            "whole tensor at once (batched matmul/elementwise ops over dim 0, "
+                            "index with a tensor of indices, masks instead of per-row if), or "
+                            "torch.vmap over the per-row function; fuse afterwards if a chain "
+                            "remains"),
+                gain_seconds=gain,
+                method=f"a vectorized rewrite keeps ~{self.t('vectorized_keep'):.0%} of the "
+                       f"loop's host time (one call per batch, not per row)")
 
     @staticmethod
     def _child_owners(ctx: AnalysisContext, owner: int) -> list[int]:
@@ -88,9 +137,15 @@ class CpuLatencyRule(Rule):
                 stack.extend(ctx.tree.nodes[n].children)
         return out
 
-    def _element_loops(self, ctx: AnalysisContext) -> Iterator[Finding]:
+    def _element_loops(self, ctx: AnalysisContext, taken: set[int]) -> Iterator[Finding]:
         for owner, sites in ctx.sites_by_owner.items():
-            fwd = [s for s in sites if not s.backward]
+            if owner in taken:
+                continue  # already a row loop
+            # operators the line itself issued (directly or through torch's thin wrappers);
+            # those a library function issues for it (a forward pass's views and indexing)
+            # are not a loop of the user's
+            fwd = [s for s in sites if not s.backward and not ctx.in_setup[s.node]
+                   and code_line(ctx, s.node) == owner]
             calls = sum(ctx.count(s.node) for s in fwd)
             if owner <= 0 or calls < self.t("min_loop_calls"):
                 continue

@@ -1,8 +1,9 @@
 """Fine-grained GPU stalls: when instruction-level PC samples exist under a kernel, report a
 stall reason that dominates the kernel and the instruction (source line) it concentrates on.
 
-Input convention: ``instruction`` frames under a ``kernel`` frame carry ``pc.samples`` (all
-samples at that PC) and ``stall.<reason>`` (samples stalled for that reason), exclusive."""
+Input convention: ``instruction`` frames under a ``kernel`` frame (or the kernel node itself,
+when PC samples were kept per kernel) carry ``pc.samples`` (all samples at that PC) and the
+samples stalled for each reason as ``pc.samples.<reason>`` (or ``stall.<reason>``), exclusive."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ class GpuStallRule(Rule):
                                if ctx.tree.nodes[a].frame.kind == KERNEL), None)
                 if kernel is not None:
                     by_kernel[kernel].append(node.id)
+            elif node.frame.kind == KERNEL and _stalls(node.metrics):
+                by_kernel[node.id].append(node.id)  # samples kept on the kernel itself
         for kernel, instrs in by_kernel.items():
             yield from self._kernel(ctx, kernel, instrs)
 
@@ -71,7 +74,7 @@ class GpuStallRule(Rule):
         total = 0.0
         for i in instrs:
             m = ctx.tree.nodes[i].metrics
-            stalls = {k[6:]: v for k, v in m.items() if k.startswith("stall.")}
+            stalls = _stalls(m)
             total += m.get("pc.samples", sum(stalls.values()))
             for r, v in stalls.items():
                 reasons[r] += v
@@ -81,8 +84,8 @@ class GpuStallRule(Rule):
         share = n / total
         if share <= self.t("min_reason_share"):
             return
-        hot = max(instrs, key=lambda i: ctx.tree.nodes[i].metrics.get(f"stall.{reason}", 0.0))
-        hot_n = ctx.tree.nodes[hot].metrics.get(f"stall.{reason}", 0.0)
+        hot = max(instrs, key=lambda i: _stalls(ctx.tree.nodes[i].metrics).get(reason, 0.0))
+        hot_n = _stalls(ctx.tree.nodes[hot].metrics).get(reason, 0.0)
         node = hot if hot_n / total > self.t("min_hot_instruction") else kernel
         k_time = ctx.inc("gpu.time")[kernel]
         gain = k_time * share
@@ -105,6 +108,18 @@ class GpuStallRule(Rule):
             gain_seconds=gain,
             method="upper bound (Nsight Compute's CPIStall estimate): the reason's share of the "
                    "kernel's samples times its GPU time")
+
+
+def _stalls(metrics: dict[str, float]) -> dict[str, float]:
+    """Samples per stall reason: ``pc.samples.<reason>`` (the PC sampling source's names) or
+    ``stall.<reason>``."""
+    out: dict[str, float] = defaultdict(float)
+    for k, v in metrics.items():
+        if k.startswith("pc.samples."):
+            out[k[len("pc.samples."):]] += v
+        elif k.startswith("stall."):
+            out[k[len("stall."):]] += v
+    return dict(out)
 
 
 RULES = [GpuStallRule]

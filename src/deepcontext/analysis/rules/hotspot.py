@@ -11,7 +11,7 @@ from ...tree.frame import KERNEL, OP
 from ..context import AnalysisContext
 from ..finding import Finding
 from ..rule import Rule, Threshold
-from ._common import percent, seconds
+from ._common import callable_name, percent, seconds
 
 
 class HotspotRule(Rule):
@@ -32,7 +32,7 @@ class HotspotRule(Rule):
         for node in ctx.tree.nodes[1:]:
             value = node.metrics.get(metric, 0.0)
             owner = ctx.owner[node.id]
-            if value <= 0 or owner <= 0 or ctx.in_import[node.id]:
+            if value <= 0 or owner <= 0 or ctx.in_import[node.id] or ctx.in_setup[node.id]:
                 continue
             owned[owner] += value
             leaf = self._leaf(ctx, node.id)
@@ -80,8 +80,9 @@ class HotspotRule(Rule):
             inner = f" Most of it is in {frame.name}{side}: {percent(leaf[0] / value)} of the line."
         return ctx.finding(
             self, node, severity="note",
-            title=f"{short}:{loc.line} {loc.function}() owns {percent(share)} of {metric}",
-            message=(f"{loc.function}() at {short}:{loc.line} owns {seconds(value)} of {metric} "
+            title=f"{short}:{loc.line} ({callable_name(loc.function)}) owns {percent(share)} of "
+                  f"{metric}",
+            message=(f"{callable_name(loc.function)} at {short}:{loc.line} owns {seconds(value)} of {metric} "
                      f"({percent(share)} of the time attributed to your code), counting the "
                      f"library code, operators and kernels it calls.{inner}"),
             evidence={metric: value, "share": round(share, 4),

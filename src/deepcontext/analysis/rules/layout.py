@@ -30,8 +30,13 @@ class LayoutChurnRule(Rule):
             if owner <= 0:
                 continue
             copies, spent, kinds, inside = 0.0, 0.0, set(), set()
+            # clone() copies whatever the layout: it is a layout change only beside a view
+            # that changed the strides (x.t().clone()), else an intentional copy
+            strided = any(base_name(s.name) in LAYOUT_VIEW for s in sites if not s.backward)
             for s in sites:
                 if s.backward or base_name(s.name) not in _COPYING:
+                    continue
+                if base_name(s.name) == "clone" and not strided:
                     continue
                 n = self._copies(ctx, s.node)
                 if n:

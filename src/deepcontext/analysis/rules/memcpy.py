@@ -41,12 +41,16 @@ class MemcpyRule(Rule):
                                         "overlap compute: conservatively half the copy time"),
         "batching_saving": Threshold(0.5, "batching tiny copies removes most per-copy latency; "
                                           "conservatively half"),
+        "min_runs": Threshold(10, "a copy made by a line run fewer times (model.to('cuda'), "
+                                  "loading a dataset once) is set-up: pinning its source costs "
+                                  "as much as the copy saves"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
         groups: dict[tuple[int, str, str], list[int]] = defaultdict(list)
         for node in ctx.tree.nodes[1:]:
-            if node.frame.kind == MEMCPY and ctx.owner[node.id] > 0:
+            if (node.frame.kind == MEMCPY and ctx.owner[node.id] > 0
+                    and not ctx.in_setup[node.id] and ctx.repeated(node.id, self.t("min_runs"))):
                 key = (ctx.owner[node.id], *copy_kind(node.frame))
                 groups[key].append(node.id)
         for (owner, direction, pinned), nodes in sorted(groups.items()):

