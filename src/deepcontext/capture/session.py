@@ -21,8 +21,8 @@ from ..tree.profile_file import ProfileWriter
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "op", "native", "gpu")
-DEFAULT_CONTEXT = ("python", "op", "gpu")
+CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu")
+DEFAULT_CONTEXT = ("python", "module", "op", "gpu")
 
 _active: Session | None = None
 
@@ -36,6 +36,11 @@ def parse_context(spec: str | Iterable[str] | None) -> tuple[str, ...]:
         raise DeepContextError(f"unknown context layer {bad[0]!r}; choose from {','.join(CONTEXT_LAYERS)}")
     if not items:
         raise DeepContextError("--context needs at least one layer")
+    if "module" in items and "native" in items:
+        # The native splice pairs the C stack with Python frames from the root; an open module
+        # scope would hide that pairing, and the ops under it would lose their native frames.
+        raise DeepContextError("the module and native layers cannot be combined yet; drop one "
+                               "(e.g. --context python,op,native,gpu)")
     return tuple(dict.fromkeys(items))
 
 
