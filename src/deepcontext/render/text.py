@@ -8,7 +8,7 @@ from rich.text import Text
 from rich.tree import Tree as RichTree
 
 from ..tree.cct import CallingContextTree
-from ..tree.frame import KERNEL, MEMCPY, MEMSET, NATIVE, OP, PYTHON, SYNC, Frame
+from ..tree.frame import KERNEL, MEMCPY, MEMSET, MODULE, NATIVE, OP, PYTHON, SYNC, Frame
 from ..tree.metrics import format_value, unit_of
 from ..tree.views import FlatRow
 from ._names import short_symbol
@@ -16,6 +16,7 @@ from ._safe import printable
 
 KIND_STYLE = {
     PYTHON: ("", "green"),
+    MODULE: ("module ", "bold blue"),
     OP: ("op ", "cyan"),
     NATIVE: ("native ", "magenta"),
     KERNEL: ("kernel ", "bold yellow"),
@@ -33,6 +34,11 @@ def frame_text(frame: Frame) -> Text:
     if frame.kind == PYTHON:
         t.append(printable(frame.name), style="bold " + style)
         t.append(f"  {printable(frame.file)}:{frame.line}", style="dim")
+    elif frame.kind == MODULE:
+        t.append(printable(frame.name), style=style)
+        cls = frame.get("class")
+        if cls and cls != frame.name:
+            t.append(f"  {printable(cls)}", style="dim")
     elif frame.kind == NATIVE:
         t.append(printable(short_symbol(frame.name)), style=style)
         if frame.file:
