@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import platform
+import shlex
 import signal
 import socket
 import sys
@@ -74,6 +75,34 @@ def per_rank(path: str | os.PathLike[str]) -> Path:
     return p.with_name(f"{p.stem}.{suffix}{p.suffix or '.dcprof'}")
 
 
+def _shown_path(path: Path) -> str:
+    """The path as the user would type it here: relative to the working directory if shorter."""
+    full = str(path.absolute())
+    try:
+        rel = os.path.relpath(full)
+    except (ValueError, OSError):
+        return full
+    return rel if len(rel) < len(full) else full
+
+
+def paste_safe(text: str) -> str:
+    """``text`` as one shell word that is safe to paste: quoted, and with control characters
+    (newlines, escapes) written as ``$'\\xNN'`` so the terminal never interprets them."""
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c in "'\\":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            code = ord(c)
+            out.append(f"\\x{code:02x}" if code < 0x100 else
+                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "$'" + "".join(out) + "'"
+
+
 class Session:
     def __init__(self, output: str | os.PathLike[str] | None = None, *,
                  context: str | Iterable[str] | None = None, flush_interval: float = 10.0,
@@ -119,6 +148,7 @@ class Session:
         if self._writer is not None or self._stop_event.is_set():
             raise DeepContextError("this profiling session was already started; create a new one")
         self._writer = ProfileWriter(self.output, force=self.force)
+        self._shown = _shown_path(self.output)  # before the program can chdir
         self._start_time = time.time()
         try:
             monitor.init(context=self.context, sample_interval=self.sample_interval)
@@ -160,8 +190,9 @@ class Session:
 
     def _say_where(self) -> None:
         if self.announce and not self._write_failed:
-            print(f"deepcontext: profile written to {self.output}; read it with: "
-                  f"deepcontext report {self.output}", file=sys.stderr, flush=True)
+            shown = paste_safe(self._shown)
+            print(f"deepcontext: profile written to {shown}; read it with: "
+                  f"deepcontext report {shown}", file=sys.stderr, flush=True)
 
     def step(self) -> None:
         """Mark the end of a training step; applies the schedule."""
