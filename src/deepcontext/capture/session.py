@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +76,14 @@ def per_rank(path: str | os.PathLike[str]) -> Path:
 
 
 def _shown_path(path: Path) -> str:
-    """The path as the user would type it here: relative to the working directory if shorter."""
+    """The path as the user would type it here: relative to the working directory when it
+    lies below it, else absolute."""
     full = str(path.absolute())
     try:
         rel = os.path.relpath(full)
     except (ValueError, OSError):
         return full
-    return rel if len(rel) < len(full) else full
+    return full if rel == ".." or rel.startswith("../") else rel
 
 
 def paste_safe(text: str) -> str:
@@ -137,6 +138,7 @@ class Session:
         self._write_failed = False
         self._capturing = False
         self.announce = False  # say where the profile went (record)
+        self.after_stop: Callable[[Session], None] | None = None  # e.g. show it in a notebook
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> Session:
@@ -187,6 +189,8 @@ class Session:
         atexit.unregister(self._atexit)
         self._signals.uninstall()
         self._say_where()
+        if self.after_stop is not None:
+            self.after_stop(self)
 
     def _say_where(self) -> None:
         if self.announce and not self._write_failed:

@@ -8,11 +8,12 @@ from functools import lru_cache
 
 @lru_cache(maxsize=4096)
 def shown_path(path: str) -> str:
-    """``path`` relative to the working directory when that is shorter, else as recorded."""
+    """``path`` relative to the working directory when it lies below it, else as recorded
+    (``../../x`` is shorter but harder to read than the absolute path)."""
     if not path.startswith("/"):
         return path
     try:
         rel = os.path.relpath(path)
     except (ValueError, OSError):  # no working directory (deleted), or another drive
         return path
-    return rel if len(rel) < len(path) else path
+    return path if rel == ".." or rel.startswith("../") else rel
