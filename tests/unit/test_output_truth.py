@@ -169,3 +169,17 @@ def test_record_refuses_an_output_path_it_cannot_create_before_running(tmp_path)
     # root passes access(); the real open says no (non-root: permission denied)
     assert proc.stderr.startswith("deepcontext: error: cannot write /proc/x.dcprof: ")
     assert proc.stderr.count("\n") == 1
+
+
+def test_exports_name_module_frames_with_their_class(here):
+    from deepcontext.render.exporters._common import display_name
+
+    assert display_name(BLOCK) == "transformer.h.0.mlp (GPT2MLP)"
+    root = Frame.make("module", "GPT2LMHeadModel", **{"class": "GPT2LMHeadModel"})
+    assert display_name(root) == "GPT2LMHeadModel"
+    save(literal_tree(), here / "p.dcprof")
+    assert main(["export", "p.dcprof", "-o", "p.folded"]) == 0
+    assert sorted((here / "p.folded").read_text().splitlines()) == [
+        "[thread] python 500000000000",
+        "main (/app/train.py:10);transformer.h.0.mlp (GPT2MLP);aten::mm 1100000000000",
+    ]
