@@ -307,6 +307,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.epoch = epoch;
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;
+  e.scope = false;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
@@ -324,6 +325,10 @@ void op_exit(uint64_t handle, int seq_consumed) {
   OpEntry& e = s->ops[d - 1];
   int64_t elapsed = now_ns() - e.t0_ns;
   s->depth.store(d - 1, std::memory_order_release);
+  if (e.scope) {  // the ops inside a scope are nested ops of the op around it
+    if (d >= 2) s->ops[d - 2].child_ns += e.child_ns;
+    return;
+  }
   if (d >= 2) s->ops[d - 2].child_ns += elapsed;
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   Tree& t = tree();
@@ -335,6 +340,56 @@ void op_exit(uint64_t handle, int seq_consumed) {
     t.add(e.node, m_op_count, 1.0);
   }
   if (g_observer) g_observer(nullptr, 1, e.node);
+}
+
+void scope_enter(Kind kind, const char* name, const char* extra, uint64_t handle, int skip_py) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  ThreadState* s = this_thread();
+  int d = s->depth.load(std::memory_order_relaxed);
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (d > 0 && s->ops[d - 1].epoch != epoch) {
+    d = 0;
+    s->overflow = 0;
+    s->depth.store(0, std::memory_order_release);
+  }
+  if (d >= kMaxOpDepth) {
+    ++s->overflow;
+    return;
+  }
+  dc_raw_frame buf[kMaxPyDepth];
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  const int skip = std::min(std::max(skip_py, 0), n);
+  std::memmove(buf, buf + skip, sizeof(dc_raw_frame) * (n - skip));
+  n -= skip;
+  OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  Tree& t = tree();
+  uint32_t node, frame, py_node = 0;
+  {
+    std::lock_guard<std::mutex> g(t.mu);
+    if (s->head.load(std::memory_order_relaxed) != s->tail.load(std::memory_order_relaxed))
+      drain_locked(t, s);
+    if (top && top->pending) resolve_pending(t, *top, -1, 0);
+    Describer live;
+    uint32_t parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node,
+                                     top->py_frame, &py_node)
+                          : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
+    frame = t.named_frame(kind, name, extra);
+    node = t.child(parent, frame);
+  }
+  OpEntry& e = s->ops[d];
+  e = OpEntry{};
+  e.node = node;
+  e.frame = frame;
+  e.py_node = py_node;
+  e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.handle = handle;
+  e.seq_nr = top ? top->seq_nr : -1;
+  e.native_cut = -1;
+  e.epoch = epoch;
+  e.fwd_seq = -1;
+  e.scope = true;
+  e.t0_ns = now_ns();
+  s->depth.store(d + 1, std::memory_order_release);
 }
 
 uint32_t current_node() {

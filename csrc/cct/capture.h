@@ -32,6 +32,7 @@ struct OpEntry {
   uint32_t epoch;        // session that opened it (see start())
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
+  bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
 };
 
 struct Sample {
@@ -140,6 +141,10 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
 // seq_consumed: 1 if an autograd node took the op's sequence number during the op, 0 if not,
 // -1 if the caller cannot tell (then the number was recorded at entry).
 void op_exit(uint64_t handle, int seq_consumed = -1);
+// Opens a non-operator scope (kind Module) on the operator stack, closed by op_exit(handle):
+// later ops and samples nest under it. `skip_py` innermost Python frames (the hook that calls
+// this) are left out of its context. Records no op metrics of its own.
+void scope_enter(Kind kind, const char* name, const char* extra, uint64_t handle, int skip_py);
 uint32_t current_node();
 uint32_t child_node(uint32_t parent, int kind, const char* name, const char* extra);
 void add_metric(uint32_t node, uint32_t metric, double value);

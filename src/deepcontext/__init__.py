@@ -23,15 +23,29 @@ __version__ = "0.1.0"
 __all__ = [
     "profile", "start", "stop", "load", "schedule", "Schedule", "Session",
     "CallingContextTree", "Frame", "Node", "DeepContextError", "ProfileFormatError",
+    "load_ipython_extension",
 ]
 
 
 def profile(output: str | None = None, *, context: str | Iterable[str] | None = None,
             schedule: Schedule | None = None, flush_interval: float = 10.0,
             sample_interval: float = 0.01, force: bool = False) -> Session:
-    """A profiling session for a ``with`` block; call ``.step()`` at the end of each step."""
-    return Session(output, context=context, schedule=schedule, flush_interval=flush_interval,
-                   sample_interval=sample_interval, force=force)
+    """A profiling session for a ``with`` block; call ``.step()`` at the end of each step.
+    In a Jupyter notebook the flame graph and findings appear under the cell when it ends."""
+    session = Session(output, context=context, schedule=schedule, flush_interval=flush_interval,
+                      sample_interval=sample_interval, force=force)
+    from . import jupyter
+
+    if jupyter.in_notebook():
+        session.after_stop = lambda s: jupyter.show(s.output)
+    return session
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext deepcontext`` in IPython or Jupyter: adds the ``%%deepcontext`` cell magic."""
+    from .jupyter import load_ipython_extension as load
+
+    load(ipython)
 
 
 _global: Session | None = None

@@ -48,11 +48,14 @@ def test_list_rules_shows_thresholds(capsys):
     assert "kernel-fusion  [kernel_fusion]" in out and "min_ops_per_call = 4" in out
 
 
-def test_errors_are_one_line(tmp_path, capsys):
+def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert main(["analyze", str(tmp_path / "missing.dcprof")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    monkeypatch.chdir(tmp_path)
     assert main(["analyze"]) == 2
-    assert "needs a profile file" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "deepcontext: error: no profile named and no .dcprof file in this directory; record "
+        "one with: deepcontext record -- python train.py\n")
     saved = profile(tmp_path)
     assert main(["analyze", str(saved), "-o", str(tmp_path / "no" / "x")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -153,15 +153,26 @@ class AnalysisContext:
         """The time findings are a fraction of: host time outside interpreter start-up and
         imports (sampled CPU time or operator wall time, whichever is larger), or the GPU time
         when that is larger. Imports are excluded so a short profile reads like a long one."""
+        return self.profiled_times[self.profiled_metric]
+
+    @cached_property
+    def profiled_times(self) -> dict[str, float]:
+        """Each candidate for the profiled time (host metrics outside imports, GPU totals)."""
         tree = self.tree
-        host = 0.0
-        for metric in ("cpu.time", "op.time"):
-            # intra-op workers and other threads outside Python run beside the main thread:
-            # adding their CPU time would make the run look longer the more cores it used
-            outside = sum(n.metrics.get(metric, 0.0) for n in tree.nodes
-                          if not self.in_import[n.id] and not self.in_worker[n.id])
-            host = max(host, outside)
-        return max(host, tree.total("gpu.time"), tree.total("sync.wait"))
+        # intra-op workers and other threads outside Python run beside the main thread: adding
+        # their CPU time would make the run look longer the more cores it used
+        times = {metric: sum(n.metrics.get(metric, 0.0) for n in tree.nodes
+                             if not self.in_import[n.id] and not self.in_worker[n.id])
+                 for metric in ("cpu.time", "op.time")}
+        times["gpu.time"] = tree.total("gpu.time")
+        times["sync.wait"] = tree.total("sync.wait")
+        return times
+
+    @cached_property
+    def profiled_metric(self) -> str:
+        """Which metric the profiled time is (the largest candidate; reports say which)."""
+        times = self.profiled_times
+        return max(times, key=lambda m: (times[m], m == "cpu.time"))
 
     @cached_property
     def wall_time(self) -> float:

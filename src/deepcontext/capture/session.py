@@ -6,12 +6,13 @@ from __future__ import annotations
 import atexit
 import os
 import platform
+import shlex
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ from ..tree.profile_file import ProfileWriter
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "op", "native", "gpu", "memory")
-DEFAULT_CONTEXT = ("python", "op", "gpu")
+CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu", "memory")
+DEFAULT_CONTEXT = ("python", "module", "op", "gpu")
 
 _active: Session | None = None
 
@@ -36,6 +37,11 @@ def parse_context(spec: str | Iterable[str] | None) -> tuple[str, ...]:
         raise DeepContextError(f"unknown context layer {bad[0]!r}; choose from {','.join(CONTEXT_LAYERS)}")
     if not items:
         raise DeepContextError("--context needs at least one layer")
+    if "module" in items and "native" in items:
+        # The native splice pairs the C stack with Python frames from the root; an open module
+        # scope would hide that pairing, and the ops under it would lose their native frames.
+        raise DeepContextError("the module and native layers cannot be combined yet; drop one "
+                               "(e.g. --context python,op,native,gpu)")
     return tuple(dict.fromkeys(items))
 
 
@@ -67,6 +73,35 @@ def per_rank(path: str | os.PathLike[str]) -> Path:
     if suffix is None or f".{suffix}." in p.name:
         return p
     return p.with_name(f"{p.stem}.{suffix}{p.suffix or '.dcprof'}")
+
+
+def _shown_path(path: Path) -> str:
+    """The path as the user would type it here: relative to the working directory when it
+    lies below it, else absolute."""
+    full = str(path.absolute())
+    try:
+        rel = os.path.relpath(full)
+    except (ValueError, OSError):
+        return full
+    return full if rel == ".." or rel.startswith("../") else rel
+
+
+def paste_safe(text: str) -> str:
+    """``text`` as one shell word that is safe to paste: quoted, and with control characters
+    (newlines, escapes) written as ``$'\\xNN'`` so the terminal never interprets them."""
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c in "'\\":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            code = ord(c)
+            out.append(f"\\x{code:02x}" if code < 0x100 else
+                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "$'" + "".join(out) + "'"
 
 
 class Session:
@@ -103,6 +138,7 @@ class Session:
         self._write_failed = False
         self._capturing = False
         self.announce = False  # say where the profile went (record)
+        self.after_stop: Callable[[Session], None] | None = None  # e.g. show it in a notebook
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> Session:
@@ -114,6 +150,7 @@ class Session:
         if self._writer is not None or self._stop_event.is_set():
             raise DeepContextError("this profiling session was already started; create a new one")
         self._writer = ProfileWriter(self.output, force=self.force)
+        self._shown = _shown_path(self.output)  # before the program can chdir
         self._start_time = time.time()
         try:
             monitor.init(context=self.context, sample_interval=self.sample_interval)
@@ -152,11 +189,14 @@ class Session:
         atexit.unregister(self._atexit)
         self._signals.uninstall()
         self._say_where()
+        if self.after_stop is not None:
+            self.after_stop(self)
 
     def _say_where(self) -> None:
         if self.announce and not self._write_failed:
-            print(f"deepcontext: profile written to {self.output}; read it with: "
-                  f"deepcontext report {self.output}", file=sys.stderr, flush=True)
+            shown = paste_safe(self._shown)
+            print(f"deepcontext: profile written to {shown}; read it with: "
+                  f"deepcontext report {shown}", file=sys.stderr, flush=True)
 
     def step(self) -> None:
         """Mark the end of a training step; applies the schedule."""

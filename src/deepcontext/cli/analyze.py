@@ -12,12 +12,14 @@ from ..analysis.finding import SEVERITIES
 from ..errors import DeepContextError
 from ..render.findings import FindingsReport, render, renderers
 from ..tree.profile_file import check_writable, load
+from ._profiles import profile_argument
 
 HELP = "find what to fix: ranked findings with evidence, your source line and a concrete fix"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", nargs="?", help="a .dcprof profile")
+    p.add_argument("file", nargs="?",
+                   help="a .dcprof profile (default: the newest one in this directory)")
     p.add_argument("--format", choices=sorted(renderers()), default="text")
     p.add_argument("--rules", action="append", default=[], metavar="FILE.py",
                    help="also run the rules defined in FILE.py (Rule subclasses or a RULES "
@@ -41,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.list_rules:
         sys.stdout.write(_rules_listing(rules))
         return 0
-    if not args.file:
-        raise DeepContextError("analyze needs a profile file (see: deepcontext analyze --help)")
+    args.file = profile_argument(args.file, "analyze")
     out = check_writable(args.output, force=True) if args.output else None
     tree = load(args.file)
     with warnings.catch_warnings(record=True) as caught:
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = AnalysisContext(tree)
     report = FindingsReport(findings=findings, profile=str(args.file), rules=rules,
                             profiled_time=ctx.profiled_time, wall_time=ctx.wall_time,
+                            profiled_metric=ctx.profiled_metric,
+                            profiled_times=ctx.profiled_times,
                             metadata=tree.metadata)
     text = render(report, args.format)
     if out is None:

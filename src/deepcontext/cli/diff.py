@@ -12,6 +12,7 @@ from ..errors import DeepContextError
 from ..render._safe import printable
 from ..tree.metrics import format_value, unit_of
 from ..tree.profile_file import load
+from ._program import describe
 
 HELP = "compare two profiles context by context: time, operators, kernels, launches, speedup"
 SCHEMA = "deepcontext.diff/1"
@@ -40,11 +41,33 @@ def run(args: argparse.Namespace) -> int:
                                    f"{', '.join(sorted(have)) or 'none'})")
     d = diff_profiles(before, after, metric=args.metric, match=args.match)
     rows = significant(d, args.threshold)
+    programs = (_program(before.metadata), _program(after.metadata))
+    warning = different_programs(*programs)
     if args.format == "json":
-        sys.stdout.write(json.dumps(to_json(d, rows, args), indent=1, default=str) + "\n")
+        doc = to_json(d, rows, args)
+        doc["programs"] = {"before": programs[0], "after": programs[1], "same": not warning}
+        if warning:
+            print(f"deepcontext: warning: {warning}", file=sys.stderr)
+        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
     else:
-        sys.stdout.write(to_text(d, rows, args))
+        sys.stdout.write(to_text(d, rows, args, warning))
     return 0
+
+
+def _program(meta: dict) -> str | None:
+    command = meta.get("command")
+    if not isinstance(command, list) or not command:
+        return None
+    return describe([str(c) for c in command])
+
+
+def different_programs(before: str | None, after: str | None) -> str:
+    """A warning when the two profiles ran different programs ('' when they are one program,
+    or a profile does not say what it ran)."""
+    if before is None or after is None or before == after:
+        return ""
+    return (f"the profiles are of different programs ({printable(before)} and "
+            f"{printable(after)}); only the contexts they share are compared")
 
 
 def _ratio(before: float, after: float) -> float | None:
@@ -102,11 +125,13 @@ def _hint(d: ProfileDiff, metric: str) -> str:
     return f"; {name} changed most: try --metric {name}" if name else ""
 
 
-def to_text(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace) -> str:
+def to_text(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace,
+            warning: str = "") -> str:
     m = d.metric
     tb, ta = d.totals_before.get(m, 0.0), d.totals_after.get(m, 0.0)
     speed = _ratio(tb, ta)
     out = [f"diff {printable(str(args.before))} -> {printable(str(args.after))}  ({m})",
+           *([f"warning: {warning}"] if warning else []),
            f"total {m}: {_fmt(m, tb)} -> {_fmt(m, ta)}"
            + (f"  speedup {speed:.2f}x" if speed else "")]
     pt = _ratio(d.time_before, d.time_after)

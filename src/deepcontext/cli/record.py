@@ -17,6 +17,7 @@ from pathlib import Path
 from ..capture.session import default_output, parse_context, per_rank
 from ..errors import DeepContextError
 from ..tree.profile_file import check_writable
+from ._program import is_python, program_stem
 
 HELP = "run a command (python script.py, python -m module, a console script) under the profiler"
 
@@ -27,26 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="profile file to write (default: <program>.dcprof, never overwriting)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--context", default=None,
-                   help="layers in each context: python,op,native,gpu,memory (default python,op,gpu)")
+                   help="layers in each context: python,module,op,native,gpu,memory "
+                        "(default python,module,op,gpu)")
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="write the profile every SECONDS (default 10) so a killed run keeps data")
     p.add_argument("--sample-interval", type=float, default=0.01, metavar="SECONDS",
                    help="CPU time between samples per thread (default 0.01; 0 turns sampling off)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
-
-
-def _program_stem(command: list[str]) -> str:
-    args = command[1:] if _is_python(command[0]) else command
-    while args and args[0].startswith("-") and args[0] != "-m":
-        args = args[1:]
-    if len(args) >= 2 and args[0] == "-m":
-        return args[1].split(".")[-1]
-    return Path(args[0]).stem if args else "python"
-
-
-def _is_python(exe: str) -> bool:
-    name = Path(exe).name
-    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[6:])
 
 
 def resolve_command(command: list[str]) -> list[str]:
@@ -55,14 +43,14 @@ def resolve_command(command: list[str]) -> list[str]:
     if not command:
         raise DeepContextError("no command to run; usage: deepcontext record [OPTIONS] -- COMMAND [ARGS...]")
     exe = command[0]
-    if exe.endswith(".py") and not _is_python(exe):
+    if exe.endswith(".py") and not is_python(exe):
         command = [sys.executable, *command]
         exe = command[0]
     if shutil.which(exe) is None and not (os.sep in exe and os.access(exe, os.X_OK)):
         raise DeepContextError(f"command not found: {exe}")
-    if _is_python(exe) and len(command) > 1 and command[1].endswith(".py") and not os.path.isfile(command[1]):
+    if is_python(exe) and len(command) > 1 and command[1].endswith(".py") and not os.path.isfile(command[1]):
         raise DeepContextError(f"script not found: {command[1]}")
-    if _is_python(exe):
+    if is_python(exe):
         _refuse_flags_that_skip_the_bootstrap(command[1:])
     return command
 
@@ -99,7 +87,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     if args.sample_interval < 0:
         raise DeepContextError("--sample-interval must be >= 0")
     # One file per rank in a multi-rank job: no two processes ever write one path.
-    output = per_rank(args.output) if args.output else default_output(_program_stem(command))
+    output = per_rank(args.output) if args.output else default_output(program_stem(command))
     check_writable(output, force=args.force)
     config = {
         "output": str(output.absolute()),

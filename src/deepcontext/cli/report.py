@@ -6,18 +6,18 @@ import argparse
 import re
 import sys
 
-from rich.console import Console
-
 from ..errors import DeepContextError
 from ..render import json_tree, text
 from ..tree import views
 from ..tree.profile_file import load
+from ._profiles import profile_argument
 
 HELP = "print a profile's calling context tree (top-down, inverted or flat; text or JSON)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a .dcprof profile")
+    p.add_argument("file", nargs="?",
+                   help="a .dcprof profile (default: the newest one in this directory)")
     p.add_argument("--metric", help="metric to rank by (default: gpu.time if present, else cpu.time)")
     p.add_argument("--depth", type=int, help="show at most this many levels")
     p.add_argument("--threshold", type=float, default=None,
@@ -49,7 +49,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     validate(args)
-    tree = load(args.file)
+    tree = load(profile_argument(args.file, "report"))
     metric = args.metric or tree.default_metric()
     if args.metric and args.metric not in tree.metric_names():
         have = ", ".join(tree.metric_names()) or "none"
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json_tree.dumps(doc) + "\n")
         return 0
     threshold = 0.005 if args.threshold is None else args.threshold
-    console = Console(highlight=False, soft_wrap=False)
+    console = text.console()
     text.render_header(console, tree)
     if args.flat:
         text.render_flat(console, views.flat(tree, [metric]), metric, tree.total(metric),

@@ -13,13 +13,15 @@ from ..errors import DeepContextError
 from ..render._safe import printable
 from ..render.html import build_page, page_csp
 from ..tree.profile_file import check_writable, load
+from ._profiles import profile_argument
 from .export import progress_for, write_atomically
 
 HELP = "write a self-contained HTML flame graph (offline) and open it, or serve it on 127.0.0.1"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a .dcprof profile")
+    p.add_argument("file", nargs="?",
+                   help="a .dcprof profile (default: the newest one in this directory)")
     p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--serve", action="store_true",
@@ -98,6 +100,7 @@ def serve(page: bytes, name: str, port: int, no_browser: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     validate(args)
+    args.file = profile_argument(args.file, "view")
     out = output_path(args)
     check_writable(out, force=args.force)
     tree = load(args.file)

@@ -34,7 +34,7 @@ DOMAINS = ("torch.op",)
 
 _tls = threading.local()
 _state: dict[str, Any] = {"init": False, "notes": [], "torch_tier": None, "tier_handle": None,
-                          "callbacks": {}, "memory": None}
+                          "modules": None, "callbacks": {}, "memory": None}
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         _state["native"] = None
     if "memory" in context:
         core.memory_start()
-    if "op" in context or "memory" in context:
+    if "op" in context or "module" in context or "memory" in context:
         from ..capture.import_hooks import when_imported
 
         when_imported("torch", _enable_torch)
@@ -110,6 +110,12 @@ def _enable_torch(torch: Any) -> None:
         from ..capture import memory
 
         _state["memory"] = memory.enable(torch, _say, note)
+    if "module" in _state["context"] and _state["modules"] is None:
+        from ..capture import modules
+
+        _state["modules"] = modules.enable(torch)
+        if _state["modules"] is None:
+            note("module layer: this torch has no global module hooks (needs torch >= 2.0)")
     if "op" not in _state["context"] or _state["tier_handle"] is not None or (
             _state["torch_tier"] == "record_function"):
         return
@@ -255,9 +261,11 @@ def finalize() -> None:
     from ..capture import threads
 
     threads.uninstall()
-    handle = _state.get("tier_handle")
-    if handle is not None:
-        handle.close()
+    for key in ("tier_handle", "modules"):
+        handle = _state.get(key)
+        if handle is not None:
+            handle.close()
+    _state["modules"] = None
     _state["init"] = False
     _state["tier_handle"] = None  # the tier name stays: the final flush reports it
     core.set_op_observer(None)

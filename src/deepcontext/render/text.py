@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+from typing import IO
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
 from ..tree.cct import CallingContextTree
-from ..tree.frame import KERNEL, MEMCPY, MEMSET, NATIVE, OP, PYTHON, SYNC, Frame
+from ..tree.frame import KERNEL, MEMCPY, MEMSET, MODULE, NATIVE, OP, PYTHON, SYNC, Frame
 from ..tree.metrics import format_value, unit_of
 from ..tree.views import FlatRow
 from ._names import short_symbol
+from ._paths import shown_path
 from ._safe import printable
 
 KIND_STYLE = {
     PYTHON: ("", "green"),
+    MODULE: ("module ", "bold blue"),
     OP: ("op ", "cyan"),
     NATIVE: ("native ", "magenta"),
     KERNEL: ("kernel ", "bold yellow"),
@@ -25,6 +32,21 @@ KIND_STYLE = {
 }
 
 
+#: Width of text sent to a pipe or file: lines are never wrapped (grep and editors see whole
+#: paths); a terminal uses its own width.
+PIPE_WIDTH = 4096
+
+
+def console(file: IO[str] | None = None) -> Console:
+    """A console at the terminal's real width, or unwrapped when output is piped ($COLUMNS
+    wins in both cases)."""
+    out = file or sys.stdout
+    width = None
+    if not os.environ.get("COLUMNS", "").isdigit() and not (hasattr(out, "isatty") and out.isatty()):
+        width = PIPE_WIDTH
+    return Console(file=out, width=width, highlight=False, soft_wrap=False)
+
+
 def frame_text(frame: Frame) -> Text:
     tag, style = KIND_STYLE.get(frame.kind, (f"{frame.kind} ", "dim"))
     t = Text()
@@ -32,7 +54,12 @@ def frame_text(frame: Frame) -> Text:
         t.append(f"[{tag.strip()}] ", style="dim " + style)
     if frame.kind == PYTHON:
         t.append(printable(frame.name), style="bold " + style)
-        t.append(f"  {printable(frame.file)}:{frame.line}", style="dim")
+        t.append(f"  {printable(shown_path(frame.file))}:{frame.line}", style="dim")
+    elif frame.kind == MODULE:
+        t.append(printable(frame.name), style=style)
+        cls = frame.get("class")
+        if cls and cls != frame.name:
+            t.append(f"  {printable(cls)}", style="dim")
     elif frame.kind == NATIVE:
         t.append(printable(short_symbol(frame.name)), style=style)
         if frame.file:
@@ -103,7 +130,7 @@ def render_header(console: Console, tree: CallingContextTree) -> None:
     cmd = meta.get("command")
     line = Text()
     if isinstance(cmd, list):
-        line.append("command: ", style="dim").append(printable(" ".join(map(str, cmd))))
+        line.append("command: ", style="dim").append(printable(shlex.join(map(str, cmd)), 2000))
     if meta.get("complete") is False:
         line.append("  (incomplete: the program ended before the final flush)", style="yellow")
     if line:

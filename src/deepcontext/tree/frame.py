@@ -59,6 +59,8 @@ class Frame:
             return f"{self.name} ({_short(self.file)}:{self.line})"
         if self.kind == NATIVE and self.file:
             return f"{self.name} [{_short(self.file)}]"
+        if self.kind == MODULE and self.get("class") not in ("", self.name):
+            return f"{self.name} ({self.get('class')})"
         return self.name
 
     def to_dict(self) -> dict[str, Any]:

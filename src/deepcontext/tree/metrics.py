@@ -85,6 +85,11 @@ def unit_of(metric: str) -> str:
 def format_value(value: float, unit: str) -> str:
     """Human formatting for a metric value."""
     if unit == "s":
+        if abs(value) >= 59.95:  # minutes and hours as a person reads a clock: 18m 20s, 2h 05m
+            sign, whole = ("-" if value < 0 else ""), round(abs(value))
+            if whole >= 3600:
+                return f"{sign}{whole // 3600}h {whole % 3600 // 60:02d}m"
+            return f"{sign}{whole // 60}m {whole % 60:02d}s"
         for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
             if abs(value) >= scale:
                 return f"{value / scale:.3g}{suffix}"

@@ -53,7 +53,22 @@ def check_writable(path: str | os.PathLike[str], force: bool = False) -> Path:
         raise DeepContextError(f"cannot write {p}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise DeepContextError(f"cannot write {p}: permission denied")
+    _probe(p)
     return p
+
+
+def _probe(p: Path) -> None:
+    """Open the file for writing once: access() says yes for root in /proc, /sys or a
+    read-only mount, where only a real open tells the truth."""
+    existed = p.exists()
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK | (0 if existed else os.O_CREAT | os.O_EXCL),
+                     0o644)
+    except OSError as e:
+        raise DeepContextError(f"cannot write {p}: {e.strerror or e}") from None
+    os.close(fd)
+    if not existed:
+        p.unlink(missing_ok=True)
 
 
 class ProfileWriter:

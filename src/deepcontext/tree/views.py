@@ -52,11 +52,25 @@ def flat(tree: CallingContextTree, metrics: list[str] | None = None) -> list[Fla
     return list(rows.values())
 
 
+def shown_forms(frame: Frame) -> tuple[str, ...]:
+    """Every way a frame is written out: its label, name and file, and the line the text report
+    prints (``[thread] python``, ``[module] h.0.mlp  GPT2MLP``, ``step  train.py:12``), so a
+    label that is shown is a label that filters."""
+    if frame.kind == "python":
+        shown = f"{frame.name}  {frame.file}:{frame.line}"
+    else:
+        shown = f"[{frame.kind}] {frame.name}"
+        cls = frame.get("class")
+        if cls and cls != frame.name:
+            shown += f"  {cls}"
+    return frame.label(), frame.name, frame.file, shown
+
+
 def matching_nodes(tree: CallingContextTree, pattern: str) -> set[int]:
-    """Ids of nodes whose frame label, name or file matches ``pattern`` (a regular expression)."""
+    """Ids of nodes whose frame, in any of its shown forms, matches ``pattern`` (a regular
+    expression)."""
     rx = re.compile(pattern)
-    return {n.id for n in tree.nodes[1:]
-            if rx.search(n.frame.label()) or rx.search(n.frame.name) or rx.search(n.frame.file)}
+    return {n.id for n in tree.nodes[1:] if any(rx.search(s) for s in shown_forms(n.frame))}
 
 
 def filtered(tree: CallingContextTree, include: str | None = None,

@@ -102,11 +102,13 @@ def clean_name(text: str, forbidden: str = "") -> str:
 
 
 #: kinds whose names already say what they are; others get a ``[kind]`` prefix
-_SELF_EXPLAINING = frozenset({"root", "python", "module", "op", "native", "kernel"})
+_SELF_EXPLAINING = frozenset({"root", "python", "op", "native", "kernel"})
 
 
 def display_name(frame: Frame) -> str:
     """The name a foreign tool shows for a frame (file and line travel separately)."""
+    if frame.kind == "module":  # the class says it is a module: transformer.h.0.mlp (GPT2MLP)
+        return inert_text(frame.label())
     if frame.kind in _SELF_EXPLAINING:
         return inert_text(frame.name)
     return inert_text(f"[{frame.kind}] {frame.name}")

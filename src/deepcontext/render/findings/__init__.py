@@ -19,6 +19,9 @@ class FindingsReport:
     profiled_time: float
     wall_time: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: which metric the profiled time is, and the other candidates (reports name it)
+    profiled_metric: str = ""
+    profiled_times: dict[str, float] = field(default_factory=dict)
 
 
 class FindingsRenderer(Protocol):

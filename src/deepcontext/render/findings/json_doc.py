@@ -23,6 +23,7 @@ class JsonFindingsRenderer:
             "command": meta.get("command"),
             "complete": meta.get("complete"),
             "profiled_time_s": report.profiled_time,
+            "profiled_metric": report.profiled_metric,
             "wall_time_s": report.wall_time,
             "counts": {s: counts.get(s, 0) for s in ("error", "warning", "note")},
             "rules": [r.id for r in report.rules],

@@ -81,6 +81,7 @@ class SarifRenderer:
             "results": [_result(f, index) for f in report.findings],
             "invocations": [{"executionSuccessful": True}],
             "properties": {"profile": report.profile, "profiledTimeSeconds": report.profiled_time,
+                           "profiledMetric": report.profiled_metric,
                            "wallTimeSeconds": report.wall_time},
         }
         doc = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}

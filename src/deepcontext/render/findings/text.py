@@ -19,6 +19,18 @@ def _wrapped(label: str, text: str) -> list[str]:
                          break_long_words=False) or ["   " + label]
 
 
+def _basis(report: FindingsReport) -> str:
+    """What every percentage is a share of, and what else was measured, so the metric never
+    changes unseen between two runs."""
+    total = format_value(report.profiled_time, "s")
+    if not report.profiled_metric:
+        return f"shares are of the profiled time, {total} outside imports"
+    others = [f"{m} {format_value(v, 's')}" for m, v in report.profiled_times.items()
+              if m != report.profiled_metric and v > 0]
+    return (f"shares are of {total} {report.profiled_metric} outside imports"
+            + (f" (also measured: {', '.join(others)})" if others else ""))
+
+
 class TextFindingsRenderer:
     name = "text"
     extension = ".txt"
@@ -26,8 +38,8 @@ class TextFindingsRenderer:
     def render(self, report: FindingsReport) -> str:
         findings = report.findings
         plural = "" if len(findings) == 1 else "s"
-        lines = [f"{printable(report.profile)}: {len(findings)} finding{plural} (profiled time "
-                 f"{format_value(report.profiled_time, 's')} outside imports)"]
+        lines = [f"{printable(report.profile)}: {len(findings)} finding{plural}; "
+                 f"{_basis(report)}"]
         if report.metadata.get("complete") is False:
             lines.append("note: this profile is incomplete (the program was killed or crashed "
                          "before the final flush); findings cover what was flushed")

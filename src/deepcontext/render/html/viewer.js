@@ -33,11 +33,43 @@
 
   // ---- formatting -------------------------------------------------------------------------
   function base(path) { const k = path.lastIndexOf("/"); return k < 0 ? path : path.slice(k + 1); }
+  function extraOf(f, key) {
+    const pairs = own(D.frames.extra, String(f)) || [];
+    for (const [k, v] of pairs) if (k === key) return v;
+    return "";
+  }
   function frameLabel(f) {
     const kind = D.kinds[FK[f]], name = S[FN[f]], file = S[FF[f]];
     if (kind === "python" && file) return name + " (" + base(file) + ":" + FL[f] + ")";
     if (kind === "native" && file) return name + " [" + base(file) + "]";
+    if (kind === "module") {
+      const cls = extraOf(f, "class");
+      if (cls && cls !== name) return name + " (" + cls + ")";
+    }
     return name;
+  }
+  // Shorter forms of a label, most informative first: a box too narrow for the full label shows
+  // the innermost part of a name (`__init__.<listcomp>`, `mlp.act`), never a cut-off prefix.
+  function shortName(f) {
+    const kind = D.kinds[FK[f]], name = S[FN[f]];
+    if (kind === "python") return name.replace(/\.<locals>\./g, ".").split(".").slice(-2).join(".");
+    if (kind === "module") return name.split(".").slice(-2).join(".");
+    if (kind === "native" || kind === "op") return name.split("::").slice(-1)[0];
+    return name;
+  }
+  function labelForms(f) {
+    const full = frameLabel(f), name = S[FN[f]], short = shortName(f);
+    const kind = D.kinds[FK[f]], file = S[FF[f]];
+    const forms = [full];
+    if (kind === "python" && file) forms.push(short + " (" + base(file) + ":" + FL[f] + ")");
+    forms.push(name, short);
+    return forms;
+  }
+  function fitLabel(f, room) {
+    const forms = labelForms(f);
+    for (const form of forms) if (form.length <= room) return form;
+    const last = forms[forms.length - 1];
+    return room > 1 ? "\u2026" + last.slice(last.length - room + 1) : "";
   }
   function el(tag, text, cls) {
     const e = document.createElement(tag);
@@ -124,9 +156,8 @@
       ctx.strokeRect(x + 0.75, y + 0.75, Math.max(w - 2.5, 0), ROW - 2.5);
     }
     if (w >= LABEL_MIN_W) {
-      const label = id === 0 && state.mode === "topdown" ? "all" : (id === 0 ? "all (bottom-up)" : frameLabel(f));
       const room = Math.floor((w - 6) / charW);
-      const text = label.length > room ? label.slice(0, Math.max(room - 1, 0)) + "\u2026" : label;
+      const text = id === 0 ? (state.mode === "topdown" ? "all" : "all (bottom-up)") : fitLabel(f, room);
       ctx.fillStyle = "#111111";
       ctx.globalAlpha = match && !hit ? 0.5 : 1;
       ctx.fillText(text, x + 3, y + ROW / 2);
@@ -216,9 +247,9 @@
     shown.forEach((id, k) => {
       if (k) nav.appendChild(el("span", "\u203a", "dc-sep"));
       if (id < 0) { nav.appendChild(el("span", "\u2026", "dc-sep")); return; }
-      const b = el("button", id === 0 ? "all" : frameLabel(t.frame[id]));
+      const b = el("button", id === 0 ? "all" : fitLabel(t.frame[id], 40));
       b.type = "button";
-      b.title = b.textContent;
+      b.title = id === 0 ? "all" : frameLabel(t.frame[id]);
       b.addEventListener("click", () => zoomTo(id));
       nav.appendChild(b);
     });
@@ -454,6 +485,7 @@
     state: () => ({ metric: state.metric, mode: state.mode, zoom: state.zoom, selected: state.selected,
                     search: state.searchText }),
     label: (id) => (id === 0 ? "all" : frameLabel(tree().frame[id])),
+    fitLabel: (id, room) => fitLabel(tree().frame[id], room),
     name: (id) => S[FN[tree().frame[id]]],
     findNode: (name) => { for (let i = 1; i < tree().n; i++) if (S[FN[tree().frame[i]]] === name) return i; return -1; },
     inclusive: (id, m) => inclusive(tree(), m || state.metric)[id],
