@@ -12,7 +12,7 @@ from typing import Any
 from ..tree.cct import CallingContextTree
 from ..tree.frame import MARKER, OP, PYTHON
 from .finding import EstimatedGain, Finding, Location
-from ..tree.usercode import is_user_file
+from ..tree.usercode import is_user_frame
 
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
@@ -43,7 +43,7 @@ class AnalysisContext:
             self.in_backward[node.id] = self.in_backward[p] or (f.kind == MARKER
                                                                  and f.name == "backward")
             self.in_import[node.id] = self.in_import[p] or f.file in _IMPORT_FILES
-            if f.kind == PYTHON and is_user_file(f.file):
+            if f.kind == PYTHON and is_user_frame(f):  # generated code is no one's line (issue 15)
                 self.owner[node.id] = node.id
 
     # -- metrics ---------------------------------------------------------------------------
