@@ -37,12 +37,15 @@ class AnalysisContext:
         self.owner = [-1] * n
         self.in_backward = [False] * n
         self.in_import = [False] * n
+        self.in_compile = [False] * n
         for node in tree.nodes[1:]:  # parents come before children in the arena
             p, f = node.parent, node.frame
             self.owner[node.id] = self.owner[p]
             self.in_backward[node.id] = self.in_backward[p] or (f.kind == MARKER
                                                                  and f.name == "backward")
             self.in_import[node.id] = self.in_import[p] or f.file in _IMPORT_FILES
+            self.in_compile[node.id] = self.in_compile[p] or (f.kind == MARKER
+                                                               and f.name == "compile")
             if f.kind == PYTHON and is_user_frame(f):  # generated code is no one's line (issue 15)
                 self.owner[node.id] = node.id
 
@@ -55,7 +58,10 @@ class AnalysisContext:
         """Host seconds spent in a context: sampled CPU time or measured operator wall time,
         whichever is larger (sampling misses short contexts; op time misses Python time), less
         the one-time CUDA set-up (context creation, module loading) that ran inside it."""
-        return max(0.0, max(self.inc("cpu.time")[node], self.inc("op.time")[node])
+        # torch.compile (issue 15): compilation's sampled CPU time is compile.host, its wall
+        # time (inside an operator when the backward compiles lazily) compile.time
+        return max(0.0, max(self.inc("cpu.time")[node] - self.inc("compile.host")[node],
+                            self.inc("op.time")[node] - self.inc("compile.time")[node])
                    - self.inc("gpu.init")[node])
 
     @cached_property
@@ -95,7 +101,8 @@ class AnalysisContext:
         sites = []
         nodes = self.tree.nodes
         for node in nodes[1:]:
-            if node.frame.kind == OP and nodes[node.parent].frame.kind != OP:
+            if node.frame.kind == OP and nodes[node.parent].frame.kind != OP and (
+                    not self.in_compile[node.id]):  # tracing ops of torch.compile (issue 15)
                 sites.append(OpSite(node.id, node.frame.name, self.owner[node.id],
                                     self.in_backward[node.id]))
         return sites

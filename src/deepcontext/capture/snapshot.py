@@ -86,6 +86,7 @@ def _build_compiled(tree: CallingContextTree, state: Any, nodes: Any, made: list
     tree.metadata["torch_compile"] = {
         "compiles": compiles,
         "graph_breaks": list(state.graph_breaks),
+        "fx_graph_cache": dict(state.fx_cache),
         "kernel_calls": len(placer.mapped_calls) + len(placer.unmapped_calls),
         "kernel_calls_without_provenance": len(placer.unmapped_calls),
     }

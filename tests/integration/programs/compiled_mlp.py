@@ -28,7 +28,7 @@ def main() -> None:
     for _ in range(steps):
         if "--inference" in sys.argv:
             with torch.no_grad():
-                loss = compiled(x)  # CALL_INFER
+                loss = compiled(x)  # INFER_CALL
         else:
             loss = compiled(x)  # CALL
             loss.backward()  # BACKWARD

@@ -40,14 +40,17 @@ class CpuLatencyRule(Rule):
     def _launch_bound(self, ctx: AnalysisContext) -> Iterator[Finding]:
         gpu, launches = ctx.inc("gpu.time"), ctx.inc("gpu.launches")
         cpu, ops, init = ctx.inc("cpu.time"), ctx.inc("op.time"), ctx.inc("gpu.init")
+        comp_cpu, comp_wall = ctx.inc("compile.host"), ctx.inc("compile.time")
         for owner in ctx.user_nodes():
             if launches[owner] <= 0:
                 continue
             inner = self._child_owners(ctx, owner)
             # sampled CPU time, or operator wall time (launches included) when sampling missed
             # it, less the one-time CUDA set-up that the line happened to trigger
-            host = max(cpu[owner] - sum(cpu[c] for c in inner),
-                       ops[owner] - sum(ops[c] for c in inner)) - (
+            host = max(cpu[owner] - sum(cpu[c] for c in inner)  # less torch.compile (issue 15)
+                       - (comp_cpu[owner] - sum(comp_cpu[c] for c in inner)),
+                       ops[owner] - sum(ops[c] for c in inner)
+                       - (comp_wall[owner] - sum(comp_wall[c] for c in inner))) - (
                 init[owner] - sum(init[c] for c in inner))
             dev = gpu[owner] - sum(gpu[c] for c in inner)
             n = launches[owner] - sum(launches[c] for c in inner)

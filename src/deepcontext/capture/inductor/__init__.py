@@ -31,6 +31,7 @@ from typing import Any
 
 _CONFIG = (("trace", "provenance_tracking_level", 1), ("cpp", "enable_kernel_profile", True))
 _TRACE_LOGGER = "torch.__trace"
+_GRAPH_BREAK_LOC = re.compile(r"Graph break in user code at (.+?):(\d+)\s*$", re.MULTILINE)
 _GRAPH_BREAK_AT = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -51,6 +52,7 @@ class _State:
     open: list[tuple[float, CompileEvent]] = field(default_factory=list)
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # by compile id
     graph_breaks: list[dict[str, Any]] = field(default_factory=list)
+    fx_cache: dict[str, int] = field(default_factory=dict)  # hit / miss / bypass counts
     saved: list[tuple[Any, str, Any]] = field(default_factory=list)
     saved_level: int = logging.NOTSET
     handler: logging.Handler | None = None
@@ -65,6 +67,13 @@ def enable() -> None:
     """Install the hooks once ``torch._dynamo`` is imported (now, if it already is)."""
     from ..import_hooks import when_imported
 
+    # a new session counts its own compilations; the provenance of wrappers compiled earlier
+    # in the process stays valid (their code still runs)
+    with _state.lock:
+        _state.compiles.clear()
+        _state.open.clear()
+        _state.graph_breaks.clear()
+        _state.fx_cache.clear()
     when_imported("torch._dynamo", _install)
 
 
@@ -172,23 +181,29 @@ def _take(meta: dict[str, Any], payload: Any) -> None:
         if _state.last_wrapper is not None:
             traces = json.loads(payload)
             _state.wrappers[_state.last_wrapper] = {k: list(v) for k, v in traces.items()}
+    elif artifact in ("fx_graph_cache_hit", "fx_graph_cache_miss", "fx_graph_cache_bypass"):
+        status = artifact.rsplit("_", 1)[1]
+        _state.fx_cache[status] = _state.fx_cache.get(status, 0) + 1
     elif artifact == "dynamo_graph_break_reason" and payload:
         _state.graph_breaks.append(_graph_break(str(payload)))
 
 
 def _graph_break(text: str) -> dict[str, Any]:
-    """The reason and user location of a graph break from Dynamo's message."""
-    reason = next((line.strip() for line in text.splitlines()
-                   if line.strip().startswith("Graph Break Reason:")), "")
-    if not reason:
-        reason = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    # the first traceback frame of the user's stack (before torch's own traceback)
-    user = [m for m in _GRAPH_BREAK_AT.finditer(text)
-            if "/torch/" not in m.group(1) and "site-packages" not in m.group(1)]
-    out: dict[str, Any] = {"reason": reason.removeprefix("Graph Break Reason:").strip()[:500]}
-    if user:
-        last = user[-1]
-        out.update(file=last.group(1), line=int(last.group(2)), function=last.group(3))
+    """The reason and user location of a graph break from Dynamo's message: ``Graph break in
+    user code at FILE:LINE``, the break's type and its explanation."""
+    lines = [line.strip() for line in text.splitlines()]
+    out: dict[str, Any] = {}
+    if m := _GRAPH_BREAK_LOC.search(text):
+        out.update(file=m.group(1), line=int(m.group(2)))
+        frames = [f for f in _GRAPH_BREAK_AT.finditer(text)
+                  if f.group(1) == m.group(1) and f.group(2) == m.group(2)]
+        if frames:
+            out["function"] = frames[0].group(3)
+    kind = next((line for line in lines if line and not line.startswith(
+        ("Graph break in user code", "Graph Break Reason:"))), "")
+    why = next((line.removeprefix("Explanation:").strip() for line in lines
+                if line.startswith("Explanation:")), "")
+    out["reason"] = (f"{kind}: {why}" if why else kind)[:500]
     return out
 
 

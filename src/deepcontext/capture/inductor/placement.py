@@ -30,7 +30,8 @@ _PHASE_RULES = (
     ("/torch/_dynamo/convert_frame.py", "", "dynamo", True),
     ("/torch/_functorch/_aot_autograd/runtime_wrappers.py", "get_or_compile", "aot autograd", True),
     ("/torch/_functorch/", "", "aot autograd", False),
-    ("/torch/_inductor/compile_fx.py", "", "inductor", True),
+    ("/torch/_inductor/compile_fx.py", "compile_fx", "inductor", True),
+    ("/torch/_inductor/compile_fx.py", "", "inductor", False),
     ("/torch/_inductor/runtime/triton_heuristics.py", "autotune", "autotune", True),
     ("/torch/_inductor/runtime/triton_heuristics.py", "benchmark_all_configs", "autotune", True),
     ("/torch/_inductor/runtime/triton_heuristics.py", "precompile", "kernel build", True),
@@ -48,6 +49,8 @@ Placements = list[tuple[int, float]]
 
 def _phase(frame: Frame) -> tuple[int, bool]:
     """(rank in PHASES or -1, whether this frame may open a compilation)."""
+    if frame.name == "<module>":  # a module body runs at import, not while compiling
+        return -1, False
     file = frame.file.replace("\\", "/")
     for part, qual, phase, entry in _PHASE_RULES:
         if part in file and qual in frame.name:
@@ -160,16 +163,16 @@ class Placer:
         return out
 
     def add_compile_host(self) -> None:
-        """``compile.host``: the host time measured inside each outermost compile marker, so
-        host-time rules can leave compilation out the way they leave ``gpu.init`` out."""
+        """``compile.host``: the CPU time sampled inside each outermost compile marker, so
+        host-time rules can leave compilation out (with ``compile.time`` for operator wall
+        time that contains a compilation) the way they leave ``gpu.init`` out."""
         tree = self.tree
-        cpu, ops = tree.inclusive_all("cpu.time"), tree.inclusive_all("op.time")
+        cpu = tree.inclusive_all("cpu.time")
         outer = []
         for node in tree.walk():
             if node.frame == COMPILE and not any(tree.nodes[a].frame == COMPILE
                                                  for a in tree.path_ids(node.parent)):
                 outer.append(node.id)
         for nid in outer:
-            host = max(cpu[nid], ops[nid])
-            if host > 0:
-                tree.add_metric(nid, "compile.host", host)
+            if cpu[nid] > 0:
+                tree.add_metric(nid, "compile.host", cpu[nid])

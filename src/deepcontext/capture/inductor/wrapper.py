@@ -63,6 +63,7 @@ def call_sites(path: str) -> dict[int, CallSite]:
     return sites
 
 
+@lru_cache(maxsize=8192)
 def stack_frames(stack: str) -> tuple[Frame, ...]:
     """Python frames (outermost first) of one FX node ``stack_trace`` string."""
     return tuple(Frame.make(PYTHON, qualname(file, int(line), name), file, int(line))
