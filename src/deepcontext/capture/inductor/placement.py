@@ -30,8 +30,9 @@ _PHASE_RULES = (
     ("/torch/_dynamo/convert_frame.py", "", "dynamo", True),
     ("/torch/_functorch/_aot_autograd/runtime_wrappers.py", "get_or_compile", "aot autograd", True),
     ("/torch/_functorch/", "", "aot autograd", False),
-    ("/torch/_inductor/compile_fx.py", "compile_fx", "inductor", True),
-    ("/torch/_inductor/compile_fx.py", "", "inductor", False),
+    # compile_fx() itself only hands the graph to AOTAutograd; Inductor's own work starts in
+    # compile_fx_inner (forward, and the lazily compiled backward)
+    ("/torch/_inductor/compile_fx.py", "compile_fx_inner", "inductor", True),
     ("/torch/_inductor/runtime/triton_heuristics.py", "autotune", "autotune", True),
     ("/torch/_inductor/runtime/triton_heuristics.py", "benchmark_all_configs", "autotune", True),
     ("/torch/_inductor/runtime/triton_heuristics.py", "precompile", "kernel build", True),

@@ -17,7 +17,6 @@ from ...tree.frame import PYTHON, Frame
 # ``# [Provenance debug handles] triton_poi_fused_add_0:3`` precedes each kernel call (torch >= 2.9
 # with provenance tracking on); the handle tells two calls of one kernel apart.
 _HANDLE = re.compile(r"^\s*# \[Provenance debug handles\] (\S+)")
-_ATEN = re.compile(r"Original ATen: \[([^\]]*)\]")
 # Kernel calls without a handle comment (provenance off when the wrapper was generated).
 _CALL = re.compile(r"^\s*(?:(\w+)\.run\(|(cpp_fused_\w+)\(|(extern_kernels\.\w+)\()")
 _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -29,7 +28,6 @@ class CallSite:
 
     kernel: str  # triton_poi_fused_add_0, cpp_fused_mul_0, extern_kernels.mm
     key: str  # ``kernel:handle`` when Inductor numbered the call, else the kernel name
-    aten: tuple[str, ...]  # the ATen operators Inductor names in the comment above the call
 
 
 @lru_cache(maxsize=256)
@@ -42,24 +40,22 @@ def call_sites(path: str) -> dict[int, CallSite]:
         return {}
     sites: dict[int, CallSite] = {}
     handle: str | None = None
-    aten: tuple[str, ...] = ()
     for number, text in enumerate(lines, 1):
         stripped = text.strip()
         if stripped.startswith("#"):
             if m := _HANDLE.match(text):
                 handle = m.group(1)
-            elif m := _ATEN.search(text):
-                aten = tuple(a.strip() for a in m.group(1).split(",") if a.strip())
             continue
         if not stripped:
             continue
-        if handle is not None:
-            sites[number] = CallSite(handle.rsplit(":", 1)[0], handle, aten)
+        kernel = handle.rsplit(":", 1)[0] if handle else ""
+        if kernel and kernel in text:  # the call the handle names (a stream or buffer set-up
+            sites[number] = CallSite(kernel, handle or kernel)  # line may come between)
+            handle = None
         elif m := _CALL.match(text):
             name = next(g for g in m.groups() if g)
-            if name.startswith(("triton_", "cpp_", "extern_kernels.")):
-                sites[number] = CallSite(name, name, aten)
-        handle, aten = None, ()
+            sites[number] = CallSite(name, name)
+            handle = None
     return sites
 
 
