@@ -121,7 +121,11 @@ def test_totals_are_kept_and_generated_frames_fold(recorded):
 
 
 def test_compile_is_not_launch_latency(recorded):
-    findings = recorded[1]
-    call = line_of("CALL")
-    assert not [f for f in findings if f["rule"] == "cpu-latency"
-                and f["location"] and f["location"]["line"] == call]
+    """The call line may be launch-bound in its steady state, but the compile (tens of seconds
+    of host time at that line) is never counted as launch overhead."""
+    tree, findings = recorded
+    compile_s = sum(c["seconds"] for c in tree.metadata["torch_compile"]["compiles"])
+    assert compile_s > 0
+    for f in findings:
+        if f["rule"] == "cpu-latency" and f["location"]["line"] == line_of("CALL"):
+            assert f["evidence"]["host_time_s"] < 0.5 * compile_s, f

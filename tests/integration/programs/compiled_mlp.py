@@ -1,6 +1,6 @@
 """A model whose forward runs compiled by torch.compile (Inductor's C++ backend on the CPU).
 
-Usage: compiled_mlp.py STEPS [--inference]
+Usage: compiled_mlp.py STEPS
 """
 
 import sys
@@ -26,12 +26,8 @@ def main() -> None:
     compiled = torch.compile(model)
     x = torch.randn(32, 64)
     for _ in range(steps):
-        if "--inference" in sys.argv:
-            with torch.no_grad():
-                loss = compiled(x)  # INFER_CALL
-        else:
-            loss = compiled(x)  # CALL
-            loss.backward()  # BACKWARD
+        loss = compiled(x)  # CALL
+        loss.backward()  # BACKWARD
     print(f"loss {loss.item():.4f}")
 
 
