@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from deepcontext.tree import views  # noqa: E402
-from helpers import line_of, loaded, python_nodes, record, subtree_ids  # noqa: E402
+from helpers import PROGRAMS, line_of, loaded, python_nodes, record, subtree_ids  # noqa: E402
 
-# two real compiles (cold, then warm) in one fixture: about a minute on an idle 2-core machine
+# three real compiles (plain, cold, warm) in one fixture: a minute or two on an idle 2-core machine
 pytestmark = pytest.mark.timeout(1200)
 
 PROG = "compiled_mlp.py"
@@ -23,11 +23,15 @@ STEPS = 4
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same program recorded twice with one fresh Inductor cache: cold, then warm."""
+    """One Inductor cache: the program run without the profiler (its cache entries carry no
+    provenance), then recorded twice: "cold" must not reuse those entries, "warm" reuses its own."""
     tmp = tmp_path_factory.mktemp("compile")
     # one compile thread: no worker pool to start on a small machine
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor-cache"),
            "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    plain = subprocess.run([sys.executable, str(PROGRAMS / PROG), str(STEPS)], capture_output=True,
+                           text=True, env={**os.environ, **env}, timeout=900)
+    assert plain.returncode == 0, plain.stderr
     out = {}
     for name in ("cold", "warm"):
         d = tmp / name
