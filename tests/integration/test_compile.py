@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
     for name in ("cold", "warm"):
         d = tmp / name
         d.mkdir()
-        proc, path = record(d, PROG, str(STEPS), env=env)
+        proc, path = record(d, PROG, str(STEPS), env=env, timeout=900)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("loss "), proc.stdout
         out[name] = (loaded(path), path)

@@ -13,6 +13,8 @@ torch = pytest.importorskip("torch")
 from deepcontext.tree import views  # noqa: E402
 from helpers import PROGRAMS, line_of, loaded, python_nodes, record, subtree_ids  # noqa: E402
 
+pytestmark = pytest.mark.timeout(1200)
+
 PROG = "compile_churn.py"
 LENGTHS = 6
 STEPS = 100
@@ -21,7 +23,7 @@ STEPS = 100
 @pytest.fixture(scope="module")
 def churn(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("churn")
-    proc, path = record(tmp, PROG, str(LENGTHS), str(STEPS))
+    proc, path = record(tmp, PROG, str(LENGTHS), str(STEPS), timeout=900)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"done {LENGTHS} {STEPS}\n"
     analyzed = subprocess.run([sys.executable, "-m", "deepcontext", "analyze", str(path),
