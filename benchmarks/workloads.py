@@ -23,6 +23,8 @@ SIZES = {
                     "cuda": {"batch": 16, "seq": 256, "d": 512, "layers": 6, "vocab": 8192}},
     "tiny_mlp":    {"cpu": {"batch": 32, "width": 64, "depth": 24}, "cuda": {"batch": 32, "width": 64, "depth": 24}},
     "unet":        {"cpu": {"batch": 2, "image": 64, "base": 16}, "cuda": {"batch": 16, "image": 256, "base": 32}},
+    "gpt_compiled": {"cpu": {"batch": 2, "seq": 64, "d": 128, "layers": 2, "vocab": 1024},
+                     "cuda": {"batch": 16, "seq": 256, "d": 512, "layers": 6, "vocab": 8192}},
     "gnn":         {"cpu": {"nodes": 2000, "edges": 20000, "dim": 32, "layers": 3},
                     "cuda": {"nodes": 100_000, "edges": 1_000_000, "dim": 128, "layers": 3}},
 }
@@ -112,6 +114,18 @@ def gpt(dev: str, batch: int, seq: int, d: int, layers: int, vocab: int) -> Step
     tokens = torch.randint(0, vocab, (batch, seq + 1), device=dev)
     inp, target = tokens[:, :-1], tokens[:, 1:]
     return train_step(model, lambda: F.cross_entropy(model(inp).flatten(0, 1), target.flatten()))
+
+
+def gpt_compiled(dev: str, batch: int, seq: int, d: int, layers: int, vocab: int) -> Step:
+    """``gpt`` under torch.compile (Inductor: C++ kernels on the CPU, Triton on the GPU); the
+    warm-up steps pay the compile (docs/torch-compile.md)."""
+    model = nn.Sequential(nn.Embedding(vocab, d), *[GPTBlock(d, d // 64) for _ in range(layers)],
+                          nn.LayerNorm(d), nn.Linear(d, vocab)).to(dev)
+    compiled = torch.compile(model)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=dev)
+    inp, target = tokens[:, :-1], tokens[:, 1:]
+    return train_step(model, lambda: F.cross_entropy(compiled(inp).flatten(0, 1),
+                                                     target.flatten()))
 
 
 class Bottleneck(nn.Module):
@@ -218,6 +232,7 @@ def gnn(dev: str, nodes: int, edges: int, dim: int, layers: int) -> Step:
 WORKLOADS: dict[str, Callable[..., Step]] = {
     "mlp": mlp, "cnn": cnn, "transformer": transformer, "preprocess": preprocess,
     "resnet50": resnet50, "gpt": gpt, "tiny_mlp": tiny_mlp, "unet": unet, "gnn": gnn,
+    "gpt_compiled": gpt_compiled,
 }
 
 

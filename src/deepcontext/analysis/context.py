@@ -12,7 +12,7 @@ from typing import Any
 
 from ..tree.cct import CallingContextTree
 from ..tree.frame import MARKER, OP, PYTHON, THREAD, Frame
-from ..tree.usercode import is_user_file
+from ..tree.usercode import is_user_file, is_user_frame
 from .finding import EstimatedGain, Finding, Location
 
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
@@ -73,6 +73,7 @@ class AnalysisContext:
         self.in_import = [False] * n
         self.in_setup = [False] * n
         self.in_worker = [False] * n  # under a [thread] frame: a thread outside Python and ops
+        self.in_compile = [False] * n
         for node in tree.nodes[1:]:  # parents come before children in the arena
             p, f = node.parent, node.frame
             self.owner[node.id] = self.owner[p]
@@ -81,7 +82,9 @@ class AnalysisContext:
             self.in_import[node.id] = self.in_import[p] or f.file in _IMPORT_FILES
             self.in_setup[node.id] = self.in_setup[p] or is_setup_frame(f)
             self.in_worker[node.id] = self.in_worker[p] or f.kind == THREAD
-            if f.kind == PYTHON and is_user_file(f.file):
+            self.in_compile[node.id] = self.in_compile[p] or (f.kind == MARKER
+                                                               and f.name == "compile")
+            if f.kind == PYTHON and is_user_frame(f):  # generated code is no one's line (issue 15)
                 self.owner[node.id] = node.id
 
     # -- metrics ---------------------------------------------------------------------------
@@ -92,23 +95,28 @@ class AnalysisContext:
     def host_time(self, node: int) -> float:
         """Steady-state host seconds spent in a context: sampled CPU time or measured operator
         wall time, whichever is larger (sampling misses short contexts; op time misses Python
-        time), less the one-time work inside it: CUDA set-up (``gpu.init``), compilation and
-        autotuning contexts, and each operator context's first call (``op.first_time``, when
-        the capture records it: cuBLAS/cuDNN handles, allocator growth, lazy loading)."""
+        time), less the one-time work inside it: CUDA set-up (``gpu.init``), torch.compile's
+        compilation (``compile.host`` sampled, ``compile.time`` wall: it can run inside an
+        operator when the backward compiles lazily), other set-up and autotuning contexts, and
+        each operator context's first call (``op.first_time``, when the capture records it:
+        cuBLAS/cuDNN handles, allocator growth, lazy loading)."""
         return self._steady[node]
 
     @cached_property
     def _steady(self) -> list[float]:
         cpu, ops = self.inc("cpu.time"), self.inc("op.time")
         init, first = self.inc("gpu.init"), self.inc("op.first_time")
+        comp_cpu, comp_wall = self.inc("compile.host"), self.inc("compile.time")
         setup = [0.0] * len(self.tree.nodes)
         for node in reversed(self.tree.nodes[1:]):  # children before parents
             i = node.id
-            if self.in_setup[i] and not self.in_setup[node.parent]:
+            # compile markers are measured by compile.* (subtracted below), not twice
+            if (self.in_setup[i] and not self.in_setup[node.parent]
+                    and not (node.frame.kind == MARKER and node.frame.name == "compile")):
                 setup[i] = max(cpu[i], ops[i])  # the outermost set-up frame holds it all
             setup[node.parent] += setup[i]
-        return [max(0.0, max(cpu[i], ops[i] - first[i]) - init[i] - setup[i])
-                for i in range(len(self.tree.nodes))]
+        return [max(0.0, max(cpu[i] - comp_cpu[i], ops[i] - first[i] - comp_wall[i])
+                    - init[i] - setup[i]) for i in range(len(self.tree.nodes))]
 
     def runs(self, node: int) -> float:
         """How many times the context at ``node`` (a user line) ran, from the operators it
@@ -195,7 +203,8 @@ class AnalysisContext:
         sites = []
         nodes = self.tree.nodes
         for node in nodes[1:]:
-            if node.frame.kind == OP and nodes[node.parent].frame.kind != OP:
+            if node.frame.kind == OP and nodes[node.parent].frame.kind != OP and (
+                    not self.in_compile[node.id]):  # tracing ops of torch.compile (issue 15)
                 sites.append(OpSite(node.id, node.frame.name, self.owner[node.id],
                                     self.in_backward[node.id]))
         return sites

@@ -19,6 +19,7 @@ from typing import Any
 from .. import monitor
 from ..errors import DeepContextError
 from ..tree.profile_file import ProfileWriter
+from . import inductor
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
@@ -160,6 +161,7 @@ class Session:
             self.output.unlink(missing_ok=True)  # no empty file that looks like a profile
             raise
         _active = self
+        inductor.enable()  # torch.compile: provenance and compile timing (docs/torch-compile.md)
         self._capturing = True
         if self.schedule is not None:
             self._apply_phase()
@@ -182,6 +184,7 @@ class Session:
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join(timeout=2)
         monitor.finalize()
+        inductor.disable()
         self._flush(complete=True)
         if self._writer is not None:
             self._writer.close()

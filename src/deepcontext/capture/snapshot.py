@@ -7,6 +7,8 @@ from typing import Any
 
 from ..tree.cct import CallingContextTree
 from ..tree.frame import PYTHON, Frame
+from . import inductor
+from .inductor.placement import Placer
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,6 +32,11 @@ def _parse_extra(extra: str) -> dict[str, str]:
     return out
 
 
+def _folds(frame: Frame, at_root: bool) -> bool:
+    """Whether a frame collapses into its caller while converting (profiler or launcher)."""
+    return frame.kind == PYTHON and (_is_own(frame.file) or (at_root and _is_launcher(frame.file)))
+
+
 def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
     nodes, frames, metric_names, metrics = raw
     made = [Frame.make(kind, name, file, line, **_parse_extra(extra))
@@ -40,10 +47,16 @@ def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
     for node, _, value in metrics:
         if value:
             alive[node] = True
+    compiled = inductor.snapshot_state() if inductor.active() else None
+    for event in compiled.compiles if compiled else ():
+        if event.node < len(nodes):
+            alive[event.node] = True  # where a compilation ran (it may carry no sample)
     for i in range(len(nodes) - 1, 0, -1):
         if alive[i]:
             alive[nodes[i][0]] = True
     tree = CallingContextTree(metadata)
+    if compiled is not None:  # torch.compile ran: kernels under their source lines
+        return _build_compiled(tree, compiled, nodes, made, alive, metric_names, metrics)
     mapped = [0] * len(nodes)
     for i in range(1, len(nodes)):
         if not alive[i]:
@@ -51,10 +64,30 @@ def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
         parent, fid = nodes[i]
         frame = made[fid]
         p = mapped[parent]
-        if frame.kind == PYTHON and (_is_own(frame.file) or (p == 0 and _is_launcher(frame.file))):
+        if _folds(frame, p == 0):
             mapped[i] = p  # collapse into the caller
         else:
             mapped[i] = tree.child(p, frame)
     for node, mid, value in metrics:
         tree.add_metric(mapped[node], metric_names[mid], value)
+    return tree
+
+
+def _build_compiled(tree: CallingContextTree, state: Any, nodes: Any, made: list[Frame],
+                    alive: list[bool], metric_names: Any, metrics: Any) -> CallingContextTree:
+    placer = Placer(state, tree)
+    placed = placer.build(nodes, made, alive, _folds)
+    for node, mid, value in metrics:
+        name = metric_names[mid]
+        for nid, weight in placed[node]:
+            tree.add_metric(nid, name, value * weight)
+    compiles = placer.add_compiles(placed)
+    placer.add_compile_host()
+    tree.metadata["torch_compile"] = {
+        "compiles": compiles,
+        "graph_breaks": list(state.graph_breaks),
+        "fx_graph_cache": dict(state.fx_cache),
+        "kernel_calls": len(placer.mapped_calls) + len(placer.unmapped_calls),
+        "kernel_calls_without_provenance": len(placer.unmapped_calls),
+    }
     return tree

@@ -30,6 +30,11 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("sync.count", "count", "host-device synchronizations"),
         MetricInfo("gpu.init", "s", "host time creating the CUDA context and loading modules "
                                     "(one-time set-up)"),
+        MetricInfo("compile.time", "s", "wall time of torch.compile compilations (Dynamo to "
+                                        "kernel build), at their [marker] compile"),
+        MetricInfo("compile.count", "count", "torch.compile compilations"),
+        MetricInfo("compile.host", "s", "CPU time sampled inside a [marker] compile "
+                                        "(host-time rules leave it out)"),
         MetricInfo("native.samples", "count", "samples that carried a native stack"),
         # The memory layer (docs/memory.md); mem.<device>.peak.bytes is the per-device peak.
         MetricInfo("mem.alloc.bytes", "bytes", "bytes allocated by tensors at this context"),

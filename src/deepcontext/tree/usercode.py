@@ -9,6 +9,7 @@ import re
 import sys
 import sysconfig
 from functools import lru_cache
+from typing import Any
 
 # Pseudo-files that hold code the user typed (``python -c``, a REPL, a notebook cell).
 _USER_PSEUDO = re.compile(r"^<(string|stdin|ipython-input-[^>]*|console)>$")
@@ -70,3 +71,9 @@ def is_user_file(path: str) -> bool:
     if _STDLIB.search(norm) or _TORCH_TREE.search(norm) or _is_generated(norm):
         return False
     return not norm.startswith(_local_library_roots())
+
+
+def is_user_frame(frame: Any) -> bool:
+    """``is_user_file`` for a frame: code generated at run time (an Inductor wrapper, Triton's
+    launcher, tagged ``generated`` when the tree was built) is never the user's."""
+    return not frame.get("generated") and is_user_file(frame.file)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .cct import CallingContextTree
 from .frame import Frame
-from .usercode import is_user_file
+from .usercode import is_user_frame
 
 
 def inverted(tree: CallingContextTree) -> CallingContextTree:
@@ -106,7 +106,7 @@ def user_frames(tree: CallingContextTree) -> CallingContextTree:
     for node in tree.nodes[1:]:
         parent = mapping[node.parent]
         f = node.frame
-        if f.kind == "python" and not is_user_file(f.file):
+        if f.kind == "python" and not is_user_frame(f):
             mapping[node.id] = parent
         else:
             mapping[node.id] = out.child(parent, f)
