@@ -35,7 +35,7 @@ if [[ ! -x $out/venv/bin/python ]]; then
   "$PY" -m venv --without-pip --system-site-packages "$out/venv"
 fi
 site=$("$out/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-rm -rf "$site"/deepcontext "$site"/deepcontext-*.dist-info  # no file of an older build stays
+rm -rf "$site"/deepcontext "$site"/deepcontext-*.dist-info "$site"/bin  # no file of an older build stays
 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$site" \
   -C cmake.define.DC_SANITIZE=$flags -C build-dir="$out/cmake" .
 PY=$out/venv/bin/python
