@@ -37,7 +37,8 @@ fi
 site=$("$out/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 rm -rf "$site"/deepcontext "$site"/deepcontext-*.dist-info "$site"/bin  # no file of an older build stays
 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$site" \
-  -C cmake.define.DC_SANITIZE=$flags -C build-dir="$out/cmake" .
+  -C cmake.define.DC_SANITIZE=$flags -C cmake.build-type=RelWithDebInfo -C build-dir="$out/cmake" .
+# (RelWithDebInfo: a Release build is stripped, and reports would name no function of ours.)
 PY=$out/venv/bin/python
 
 reports=$(mktemp -d "${TMPDIR:-/tmp}/dc-$kind-reports.XXXXXX")
@@ -48,18 +49,34 @@ if [[ $kind == asan ]]; then
   # detect_leaks=0: CPython, torch and JAX keep allocations until exit on purpose, and the core's
   #   process-lifetime statics are never destroyed by design; leak reports would be noise.
   # abort_on_error=1: a report ends the process by SIGABRT, which no test takes for success.
-  export ASAN_OPTIONS="$common:detect_leaks=0:abort_on_error=1"
+  # handle_segv=0: the tests check how a crashing program ends (killed by SIGSEGV, faulthandler's
+  #   dump, the last flush kept: tests/reliability/test_process_end.py); ASan's own SEGV handler
+  #   would turn that into "exit 1". A crash in the core still fails its test.
+  export ASAN_OPTIONS="$common:detect_leaks=0:abort_on_error=1:handle_segv=0"
   # halt_on_error=1 with the build's -fno-sanitize-recover: the first UB finding stops the process.
   export UBSAN_OPTIONS="$common:halt_on_error=1:abort_on_error=1:print_stacktrace=1"
 else
   # suppressions: third-party code only (CPython, torch, libgomp...), each with its reason.
   # report_signal_unsafe=1: a non-async-signal-safe call inside our signal handler is a finding.
   # second_deadlock_stack=1: full lock-order reports.
-  export TSAN_OPTIONS="$common:suppressions=$PWD/$here/tsan.supp:report_signal_unsafe=1:second_deadlock_stack=1"
+  # die_after_fork=0: the tests fork multi-threaded parents (multiprocessing, DataLoader workers)
+  #   whose children start threads; TSan cannot follow such a child and would kill it, failing
+  #   tests for a TSan limit. The children still run instrumented; fork itself is what is tested.
+  export TSAN_OPTIONS="$common:suppressions=$PWD/$here/tsan.supp:report_signal_unsafe=1:second_deadlock_stack=1:die_after_fork=0"
 fi
 
+# Tests left out of this run only (the ordinary suite still runs them), each with its reason:
+# one that cannot run under this sanitizer, or one that hits a real bug of the core, listed in
+# KNOWN.md with the exact report until the bug is fixed.
+known=()
+while read -r test why; do
+  [[ -z $test || $test == \#* ]] && continue
+  echo "== $kind: leaving out $test (${why#\# })" >&2
+  known+=(--deselect "$test")
+done < "$here/known-$kind.txt"
+
 status=0
-"$PY" -m pytest -q -p no:cacheprovider "$@" || status=$?
+"$PY" -m pytest -q -p no:cacheprovider "${known[@]}" "$@" || status=$?
 shopt -s nullglob
 found=("$reports"/report*)
 if ((${#found[@]})); then
