@@ -41,6 +41,15 @@ rm -rf "$site"/deepcontext "$site"/deepcontext-*.dist-info "$site"/bin  # no fil
 # (RelWithDebInfo: a Release build is stripped, and reports would name no function of ours.)
 PY=$out/venv/bin/python
 
+# The torch operator hook, built now (with the runtime for this process only, so the compiler and
+# the shell ninja runs it through are not under it: bash and dash crash under a preloaded TSan).
+# Built, later loads only ask ninja, which runs no command, whether it is up to date.
+ninja_dir=$("$PY" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null || true)
+[[ -n $ninja_dir ]] && export PATH=$ninja_dir:$PATH  # the binary, not a shell shim around it
+LD_PRELOAD=$lib "$PY" -c 'import os; os.environ.pop("LD_PRELOAD")
+from deepcontext.capture.torch_ops import _build_main; _build_main()' ||
+  echo "== $kind: the torch operator hook did not build; the tests say what that costs" >&2
+
 reports=$(mktemp -d "${TMPDIR:-/tmp}/dc-$kind-reports.XXXXXX")
 export LD_PRELOAD=$lib${LD_PRELOAD:+:$LD_PRELOAD}
 export DEEPCONTEXT_SANITIZER=$kind  # tests that cannot run under a sanitizer skip with a reason
@@ -76,7 +85,8 @@ while read -r test why; do
 done < "$here/known-$kind.txt"
 
 status=0
-"$PY" -m pytest -q -p no:cacheprovider "${known[@]}" "$@" || status=$?
+# faulthandler: a crash of the test process itself still shows where it was.
+"$PY" -X faulthandler -m pytest -q -p no:cacheprovider "${known[@]}" "$@" || status=$?
 shopt -s nullglob
 found=("$reports"/report*)
 if ((${#found[@]})); then
