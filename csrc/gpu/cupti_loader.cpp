@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cupti_compat.h"
 #include "gpu_internal.h"
 
 namespace dc {
@@ -86,10 +87,12 @@ std::string load_cupti(const std::vector<std::string>& dirs) {
   if (const char* forced = std::getenv("DEEPCONTEXT_CUPTI_LIB")) candidates.push_back(forced);
   // A libcupti already in the process (e.g. linked by torch) must be the one we use: a second
   // copy would be a second, conflicting CUPTI.
+  size_t in_process_end = candidates.size();
   for (const char* soname : {"libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8", "libcupti.so"}) {
     if (void* h = dlopen(soname, RTLD_NOW | RTLD_NOLOAD)) {
       dlclose(h);
       candidates.push_back(soname);
+      in_process_end = candidates.size();
     }
   }
   std::vector<std::string> search = dirs;
@@ -105,8 +108,9 @@ std::string load_cupti(const std::vector<std::string>& dirs) {
   for (const char* soname : {"libcupti.so.13", "libcupti.so.12", "libcupti.so"})
     candidates.push_back(soname);  // the loader's own path (ldconfig, LD_LIBRARY_PATH)
 
-  std::string why;
-  for (const auto& c : candidates) {
+  std::string why, refused;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& c = candidates[i];
     void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (h == nullptr) continue;
     CuptiApi trial;
@@ -123,9 +127,22 @@ std::string load_cupti(const std::vector<std::string>& dirs) {
       const char* base = std::strrchr(c.c_str(), '/');
       trial.path = std::string(resolved) + "/" + (base ? base + 1 : c.c_str());
     }
+    // The records' layouts come from this build's headers; the library must write those.
+    uint32_t version = 0;
+    std::string mismatch =
+        trial.cuptiGetVersion(&version) == CUPTI_SUCCESS
+            ? cupti_version_mismatch(CUPTI_API_VERSION, version, trial.path)
+            : "GPU capture off: " + trial.path + " reports no CUPTI version";
+    if (!mismatch.empty()) {
+      if (i < in_process_end) return mismatch;  // the process's own CUPTI: no second copy
+      refused = mismatch;
+      dlclose(h);
+      continue;
+    }
     api = trial;
     return "";
   }
+  if (!refused.empty()) return refused;
   if (!why.empty()) return "no usable libcupti (" + why + ")";
   return "libcupti not found (install the nvidia-cuda-cupti wheel matching your CUDA, or set "
          "CUDA_HOME)";

@@ -7,6 +7,7 @@
 #include <cupti_driver_cbid.h>
 #include <cupti_result.h>
 #include <cupti_runtime_cbid.h>
+#include <cupti_version.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -26,7 +27,7 @@ namespace gpu {
   X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback) X(cuptiGetCallbackName)       \
   X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable) X(cuptiActivityDisable)           \
   X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) \
-  X(cuptiGetResultString)
+  X(cuptiGetResultString) X(cuptiGetVersion)
 #define DC_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetGraphNodeId) X(cuptiActivityFlushPeriod)
 
 struct CuptiApi {

@@ -105,7 +105,7 @@ def _trace_cuda_allocator(torch: Any, say: Callable[[str], None],
     try:
         if _cuda_trace is None:
             source, includes = _cuda_trace_source()
-            name = torch_ops.extension_name("dc_cuda_trace", torch,
+            name = torch_ops.extension_name("dc_cuda_trace", str(torch.__version__),
                                             torch_ops.sources_digest(source, includes))
             _cuda_trace = torch_ops.build_extension(
                 torch, name, source, includes, say, "the CUDA allocator trace hook",

@@ -3,7 +3,8 @@
 1. A RecordFunction callback compiled at first use against the installed torch (~0.3 us/op),
    cached under ``$DEEPCONTEXT_CACHE`` (default ``~/.cache/deepcontext``), keyed by everything the
    build depends on (torch, Python, the core's API and the hook's own source and headers), so two
-   installs of different deepcontext versions never rebuild each other's hook.
+   installs of different deepcontext versions never rebuild each other's hook. ``record`` builds
+   it before the program starts (build_before_start), never inside the program's ``import torch``.
 2. Where that cannot be built (no compiler, no ninja), a ``TorchDispatchMode`` feeding the same
    core (~3 us/op; sees aten ops below autograd, so composites such as ``aten::linear`` appear
    as their parts). Set ``DEEPCONTEXT_TORCH_TIER=dispatch`` to force it.
@@ -16,11 +17,14 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from .native import core
+
 
 def _hook_sources() -> tuple[Path, list[Path]]:
     """The hook's source and include dirs: installed beside the package, or in a source tree."""
@@ -39,12 +43,16 @@ def cache_dir() -> Path:
 
 
 def _hook_name(torch: Any) -> str:
-    return extension_name("dc_torch_hook", torch, _sources_digest())
+    return _hook_name_for(str(torch.__version__))
 
 
-def extension_name(prefix: str, torch: Any, digest: str) -> str:
+def _hook_name_for(torch_version: str) -> str:
+    return extension_name("dc_torch_hook", torch_version, _sources_digest())
+
+
+def extension_name(prefix: str, torch_version: str, digest: str) -> str:
     """A compiled extension's cache name: everything its build depends on."""
-    tag = re.sub(r"[^A-Za-z0-9]", "_", torch.__version__)
+    tag = re.sub(r"[^A-Za-z0-9]", "_", torch_version)
     py = f"{sys.version_info.major}{sys.version_info.minor}"
     return f"{prefix}_api{core.API_VERSION}_torch{tag}_py{py}_{digest}"
 
@@ -86,16 +94,102 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
         if not built:
             say(f"deepcontext: compiling {what} for torch {torch.__version__} "
                 f"(once per torch version, about 20 s)")
+        staged = _staged_sources(build, source, includes)
         with contextlib.redirect_stdout(sys.stderr):
             return cpp_extension.load(
                 name=name,
-                sources=[str(source)],
-                extra_include_paths=[str(p) for p in includes],
+                sources=[str(staged)],
+                extra_include_paths=[str(staged.parent)],
                 extra_cflags=["-O2"],
                 build_directory=str(build),
                 verbose=False,
                 **options,
             )
+
+
+def _staged_sources(build: Path, source: Path, includes: list[Path]) -> Path:
+    """An extension's source and headers copied into its build folder (under the build lock), so
+    the build's command line names the same files whichever install loads it: torch's build
+    regenerates its ninja file from the paths it is given, and two installs (a venv and a
+    sanitizer build, say) naming their own copies rebuilt each other's hook on every load. The
+    folder's name carries the digest of these files, so the copy is never stale."""
+    staged = build / "src"
+    if not (staged / source.name).is_file():
+        tmp = build / "src.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for header in (h for folder in includes for h in sorted(folder.glob("*.h"))):
+            shutil.copyfile(header, tmp / header.name)
+        shutil.copyfile(source, tmp / source.name)
+        shutil.rmtree(staged, ignore_errors=True)
+        tmp.rename(staged)
+    return staged / source.name
+
+
+def _built(name: str) -> bool:
+    return any((cache_dir() / "torch_hook" / name).glob(f"{name}*.so"))
+
+
+def build_before_start(python: str, env: dict[str, str]) -> bool:
+    """Build the hook for the program's interpreter before the program starts (``record``), so
+    the 20 s first-use compile never runs inside the program's own ``import torch``.
+
+    Returns False only when the build failed (the program should use the dispatch tier and not
+    try again); True when it is built, there is no torch, or this cannot be decided here (the
+    program then builds it at import, as the API does)."""
+    if python == sys.executable:  # the common case, decided without a process or a torch import
+        version = _installed_torch()
+        if version is None or _built(_hook_name_for(version)):
+            return True
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return True  # the program will say why when it tries
+    # In the cache folder, so a module of the program's own named torch is never imported here;
+    # stdout to stderr: this process's stdout is about to become the program's.
+    try:
+        proc = subprocess.run([python, "-c", "from deepcontext.capture.torch_ops import "
+                               "_build_main; _build_main()"], cwd=cache_dir(), env=env,
+                              stdin=subprocess.DEVNULL, stdout=2, check=False)
+    except OSError:
+        return True
+    return proc.returncode != _BUILD_FAILED
+
+
+_BUILD_FAILED = 3
+
+
+def _installed_torch() -> str | None:
+    """The installed torch's version from its metadata: no import (which takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _build_main() -> None:
+    """``python -c`` entry of build_before_start: exit 0 (built or no torch) or _BUILD_FAILED."""
+    version = _installed_torch()
+    if version is None or _built(_hook_name_for(version)):
+        return
+    import torch
+
+    try:
+        load_compiled_hook(torch, _say)
+    except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
+        _say(f"deepcontext: could not build the PyTorch operator hook ({_reason(e)}); "
+             f"using the slower TorchDispatchMode tier")
+        sys.exit(_BUILD_FAILED)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _reason(e: BaseException) -> str:
+    return (str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)[:200]
 
 
 class _DispatchTier:
@@ -163,7 +257,6 @@ def enable(torch: Any, say: Callable[[str], None]) -> tuple[str, Any]:
             module.install(core.c_api)
             return "record_function", _CompiledTier(module)
         except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
-            reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            say(f"deepcontext: could not build the PyTorch operator hook ({reason[:200]}); "
+            say(f"deepcontext: could not build the PyTorch operator hook ({_reason(e)}); "
                 f"using the slower TorchDispatchMode tier")
     return "dispatch", _DispatchTier(torch)

@@ -103,8 +103,39 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     return command, env
 
 
+def _program_python(command: list[str]) -> str | None:
+    """The interpreter the program runs on: the command itself, or a console script's shebang."""
+    exe = shutil.which(command[0]) or command[0]
+    if _is_python(command[0]):
+        return exe
+    try:
+        with open(exe, "rb") as fh:
+            line = fh.readline(512)
+    except OSError:
+        return None
+    parts = line[2:].decode(errors="replace").split() if line.startswith(b"#!") else []
+    if parts and Path(parts[0]).name == "env" and len(parts) > 1:
+        parts = [shutil.which(parts[1]) or parts[1]]
+    return parts[0] if parts and _is_python(parts[0]) else None
+
+
+def _build_torch_hook(command: list[str], env: dict[str, str]) -> None:
+    """Build the compiled operator hook now, before the program runs, so its first-use compile
+    (about 20 s) never happens inside the program's ``import torch``. If the build fails, the
+    program uses the dispatch tier at once instead of failing the same build again."""
+    from ..capture import torch_ops
+
+    python = _program_python(command)
+    if python is None or env.get("DEEPCONTEXT_TORCH_TIER") == "dispatch":
+        return
+    if not torch_ops.build_before_start(python, dict(os.environ)):
+        env["DEEPCONTEXT_TORCH_TIER"] = "dispatch"
+
+
 def run(args: argparse.Namespace) -> int:
     command, env = prepare(args)
+    if "op" in json.loads(env["DEEPCONTEXT_RECORD"])["context"]:
+        _build_torch_hook(command, env)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

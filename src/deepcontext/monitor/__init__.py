@@ -96,7 +96,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     if "op" in context or "module" in context or "memory" in context:
         from ..capture.import_hooks import when_imported
 
-        when_imported("torch", _enable_torch)
+        when_imported("torch", _enable_torch, on_error=_torch_hook_failed)
     if "gpu" in context:
         reason = gpu.start(core)
         if reason:
@@ -128,6 +128,13 @@ def _enable_torch(torch: Any) -> None:
     if tier == "dispatch":
         note("operator layer: TorchDispatchMode tier (the compiled hook could not be built); "
              "composite operators appear as their parts")
+
+
+def _torch_hook_failed(e: BaseException) -> None:
+    text = (f"operator layer off: the hook on `import torch` failed ({type(e).__name__}: {e}); "
+            "operators are not captured")
+    note(text)
+    _say(f"deepcontext: {text}")
 
 
 def register(domain: str, callback: Callable[[OpEvent], None]) -> None:
