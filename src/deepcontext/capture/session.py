@@ -21,8 +21,8 @@ from ..tree.profile_file import ProfileWriter
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "op", "native", "gpu")
-DEFAULT_CONTEXT = ("python", "op", "gpu")
+CONTEXT_LAYERS = ("python", "op", "native", "gpu", "jax")
+DEFAULT_CONTEXT = ("python", "op", "gpu", "jax")
 
 _active: Session | None = None
 

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="profile file to write (default: <program>.dcprof, never overwriting)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--context", default=None,
-                   help="layers in each context: python,op,native,gpu (default python,op,gpu)")
+                   help="layers in each context: python,op,native,gpu,jax (default python,op,gpu,jax)")
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="write the profile every SECONDS (default 10) so a killed run keeps data")
     p.add_argument("--sample-interval", type=float, default=0.01, metavar="SECONDS",
