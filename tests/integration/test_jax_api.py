@@ -1,0 +1,47 @@
+"""The JAX layer through the monitor API, and what jax.jit returns keeps its behaviour under it."""
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("jax")
+
+from helpers import PROGRAMS, children_named, line_of, loaded, python_nodes, record  # noqa: E402
+
+
+def test_jax_op_callback_sees_the_full_path():
+    prog = "jax_api.py"
+    proc = subprocess.run([sys.executable, str(PROGRAMS / prog), "3"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    count, last = proc.stdout.splitlines()
+    assert count == "3"  # one event per execution of the dot_general
+    assert last == str(("exec", [("python", "<module>", line_of(prog, "CALL")),
+                                 ("op", "jit(f)", 0), ("python", "f", line_of(prog, "DOT")),
+                                 ("op", "jit(f)/dot_general", 0)]))
+
+
+def test_jitted_functions_behave_the_same_and_the_programs_own_trace_works(tmp_path):
+    prog = "jax_semantics.py"
+    plain = subprocess.run([sys.executable, str(PROGRAMS / prog)], capture_output=True,
+                           text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    proc, out = record(tmp_path, prog, options=("--sample-interval", "0"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == plain.stdout
+    assert proc.stdout.startswith("1 [")  # the program's own jax.profiler.trace wrote its file
+    tree = loaded(out)
+    assert any("own jax.profiler trace" in n for n in tree.metadata["notes"])
+    # a method with a static self, a static keyword, a plain function: each under its line
+    for name, marker in (("jit(apply)", "METHOD"), ("jit(power)", "POWER"), ("jit(plain)", "PLAIN")):
+        ops = [n for n in tree.nodes if n.frame.kind == "op" and n.frame.name.startswith(name + "/")]
+        assert ops and all(tree.nodes[n.parent].frame.line == line_of(prog, marker) for n in ops)
+    # after the program's trace ended the layer captures again: three calls at AFTER
+    (after,) = python_nodes(tree, prog, line_of(prog, "AFTER"))
+    (jit,) = children_named(tree, after, "op", "jit(plain)")
+    assert tree.exclusive(jit, "op.count") == 3
+    # during the program's trace no operator was attributed (its own hooks still time the wait)
+    (during,) = python_nodes(tree, prog, line_of(prog, "USERTRACE"))
+    assert tree.inclusive(during, "op.time") == 0 and tree.inclusive(during, "op.count") == 0
+    assert tree.inclusive(during, "sync.count") == 1
