@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -50,10 +51,12 @@ class JaxLayer:
         self._labels: dict[int, str] = {}
         self._folder = Folder()
         self._counted: dict[Any, None] = {}  # dispatches already counted
+        self._plans: dict[tuple[Any, ...], Any] = {}
         self._paths: dict[int, tuple[Frame, ...]] = {}
         self._patches = Patches()
         self._listener: Any = None
-        self.stats = {"executions": 0, "unlinked": 0, "unresolved": 0, "captures": 0}
+        self.stats = {"executions": 0, "unlinked": 0, "unresolved": 0, "captures": 0,
+                      "fold_s": 0.0}
         self.trace_me: Any = None
         self.current_node = core.current_node
         #: ``observer(op_name, node, frames below the node)`` for each executed operator
@@ -81,10 +84,17 @@ class JaxLayer:
                 "DEEPCONTEXT_JAX_COMMAND_BUFFERS") == "1":
             return
         if self._backend_ready():
-            self.note("jax: the XLA backend started before profiling, so command buffers stay "
-                      "on; kernels inside one show as its single [marker] command buffer")
+            if self._on_gpu():
+                self.note("jax: the XLA backend started before profiling, so command buffers "
+                          "stay on; kernels inside one show under its [marker] command buffer")
             return
         os.environ["XLA_FLAGS"] = f"{flags} {COMMAND_BUFFER_FLAG}".strip()
+
+    def _on_gpu(self) -> bool:
+        try:
+            return self.jax.default_backend() in ("gpu", "cuda", "rocm")
+        except Exception:  # noqa: BLE001
+            return False
 
     def _backend_ready(self) -> bool:
         try:
@@ -176,6 +186,7 @@ class JaxLayer:
 
             opts = jax.profiler.ProfileOptions()
             opts.python_tracer_level = 0  # the Python stack comes from the hooks, not tracing
+            opts.host_tracer_level = 1  # XLA's execution events; not its compiler passes
             opts.enable_hlo_proto = True
             try:
                 self._session = _profiler.ProfilerSession(opts)
@@ -214,6 +225,11 @@ class JaxLayer:
     def _fold(self, xspace: bytes) -> None:
         from jax.profiler import ProfileData
 
+        t0 = time.perf_counter()
+        self._fold_capture(xspace, ProfileData)
+        self.stats["fold_s"] = round(self.stats["fold_s"] + time.perf_counter() - t0, 6)
+
+    def _fold_capture(self, xspace: bytes, ProfileData: Any) -> None:  # noqa: N803
         self.stats["captures"] += 1
         for pid, proto in hlo_protos(xspace, self._modules).items():
             try:
@@ -234,46 +250,60 @@ class JaxLayer:
 
     def _charge_execution(self, ex: Execution) -> None:
         self.stats["executions"] += 1
-        module = self._modules.get(ex.program_id)
         linked = ex.dispatch is not None
         node = ex.dispatch.node if linked else -1
         if not linked:
             self.stats["unlinked"] += 1
-        head = [Frame.make("marker", m) for m in ex.dispatch.markers] if linked else []
-        head.append(Frame.make("op", self._label(ex.program_id, module)))
+        markers = ex.dispatch.markers if linked else ()
+        key = (ex.program_id, ex.hlo_op, ex.kernel, ex.device, linked, markers)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(ex, linked, markers)
+        head, entries, time_metric = plan
+        charges = self._charges
         if linked and ex.dispatch not in self._counted:  # one call of the jitted function
             self._counted[ex.dispatch] = None
             if len(self._counted) > 4096:
                 self._counted.pop(next(iter(self._counted)))
-            self._charges[(node, tuple(head))]["op.count"] += 1
+            charges[(node, head)]["op.count"] += 1
+        gpu = ex.device == "gpu"
+        for op_name, op_path, leaf_path, share in entries:
+            if op_path is not None:
+                charges[(node, op_path)]["op.count"] += 1
+                if self.observer is not None:
+                    self.observer(op_name, node, op_path)
+            leaf = charges[(node, leaf_path)]
+            leaf[time_metric] += ex.seconds * share
+            if gpu:
+                leaf["gpu.launches"] += share
+
+    def _plan(self, ex: Execution, linked: bool, markers: tuple[str, ...]) -> tuple[
+            tuple[Frame, ...], list[tuple[str, tuple[Frame, ...] | None, tuple[Frame, ...], float]],
+            str]:
+        """Where one kind of execution is charged (computed once per executable, instruction
+        and calling markers): the executable's frame path, and per operator its path, its
+        kernel's path and its share of the time."""
+        module = self._modules.get(ex.program_id)
+        head = [Frame.make("marker", m) for m in markers]
+        head.append(Frame.make("op", self._label(ex.program_id, module)))
         kernel = Frame.make("kernel", ex.kernel if ex.device == "gpu" else ex.hlo_op,
                             device=ex.device, hlo_op=ex.hlo_op)
-        ops = module.ops(ex.hlo_op) if module is not None else ()
         time_metric = "gpu.time" if ex.device == "gpu" else "op.time"
-        charges = self._charges
+        ops = module.ops(ex.hlo_op) if module is not None else ()
         if not ops:
             if module is None or not module.has(ex.hlo_op):
                 self.stats["unresolved"] += 1
             tail = [kernel]
             if ex.hlo_op.startswith("command_buffer"):
                 tail.insert(0, Frame.make("marker", "command buffer"))
-            path = tuple(head + tail)
-            charges[(node, path)][time_metric] += ex.seconds
-            if ex.device == "gpu":
-                charges[(node, path)]["gpu.launches"] += 1
-            return
-        share = 1.0 / len(ops)
-        fused = [Frame.make("marker", f"fused 1/{len(ops)}")] if len(ops) > 1 else []
+            return tuple(head), [("", None, tuple(head + tail), 1.0)], time_metric
+        fused = (Frame.make("marker", f"fused 1/{len(ops)}"),) if len(ops) > 1 else ()
+        entries = []
         for op in ops:
             outer, below = op_frames(op, linked)
             op_path = tuple(outer + head + below)
-            charges[(node, op_path)]["op.count"] += 1
-            if self.observer is not None:
-                self.observer(op.op_name, node, op_path)
-            leaf = charges[(node, op_path + tuple(fused) + (kernel,))]
-            leaf[time_metric] += ex.seconds * share
-            if ex.device == "gpu":
-                leaf["gpu.launches"] += share
+            entries.append((op.op_name, op_path, op_path + fused + (kernel,), 1.0 / len(ops)))
+        return tuple(head), entries, time_metric
 
     def _add(self, node: int, frames: list[Frame], metrics: dict[str, float]) -> None:
         with self._lock:
