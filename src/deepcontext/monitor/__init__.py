@@ -98,7 +98,10 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         when_imported("torch", _enable_torch)
     if "jax" in context:
         from ..capture.import_hooks import when_imported
+        from ..capture.jax.layer import prepare_environment
 
+        if "jax" not in sys.modules:
+            prepare_environment()  # XLA reads its flags when the backend starts
         when_imported("jax", _enable_jax)
     if "gpu" in context:
         reason = gpu.start(core)
@@ -127,6 +130,7 @@ def _enable_jax(jax: Any) -> None:
     from ..capture.jax import JaxLayer
 
     layer = JaxLayer(_core(), note)
+    layer.release_gpu = _release_gpu
     try:
         layer.enable(jax)
     except Exception as e:  # noqa: BLE001 - another jax layout: the program runs on unprofiled
@@ -134,6 +138,15 @@ def _enable_jax(jax: Any) -> None:
         return
     _state["jax"] = layer
     _install_observer()
+
+
+def _release_gpu() -> None:
+    """The JAX profiler traces the GPU itself (kernels with their HLO instruction), and CUDA
+    admits one CUPTI subscriber: the GPU layer steps aside when a JAX program uses a GPU."""
+    if gpu.active():
+        gpu.stop(_core())
+        note("GPU capture handed to the JAX profiler (one CUPTI subscriber per process): "
+             "kernels show under their JAX operators")
 
 
 def register(domain: str, callback: Callable[[OpEvent], None]) -> None:

@@ -49,6 +49,10 @@ def start(core: Any) -> str:
     return reason
 
 
+def active() -> bool:
+    return bool(_state["on"])
+
+
 def flush(core: Any, wait: float = 0.0) -> None:
     """Fold completed GPU activity buffers into the native tree."""
     if _state["on"]:

@@ -148,8 +148,13 @@ class Folder:
              dispatches: list[Dispatch]) -> Iterator[Execution]:
         launch_time = {corr: t for t, corr in launches}
         starts = [d.start for d in dispatches]
+        seen: set[tuple[Any, int]] = set()
         for k in kernels:
             corr = k.stats.get("correlation_id")
+            if corr is not None:  # one kernel, even if a plane shows it on two lines
+                if (corr, k.start) in seen:
+                    continue
+                seen.add((corr, k.start))
             at = launch_time.get(int(corr)) if corr is not None else None
             disp = _containing(dispatches, starts, at) if at is not None else None
             if disp is None:

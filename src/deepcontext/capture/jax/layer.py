@@ -35,6 +35,17 @@ COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
 Key = tuple[int, tuple[Frame, ...]]
 
 
+def prepare_environment() -> None:
+    """XLA:GPU command buffers (CUDA graphs) tag every kernel inside with the graph's name,
+    hiding its HLO instruction: turn them off (before the backend reads XLA_FLAGS) unless the
+    user set the flag or DEEPCONTEXT_JAX_COMMAND_BUFFERS=1."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_enable_command_buffer" in flags or os.environ.get(
+            "DEEPCONTEXT_JAX_COMMAND_BUFFERS") == "1":
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {COMMAND_BUFFER_FLAG}".strip()
+
+
 class JaxLayer:
     def __init__(self, core: Any, note: Callable[[str], None]) -> None:
         self.core = core
@@ -61,6 +72,8 @@ class JaxLayer:
         self.current_node = core.current_node
         #: ``observer(op_name, node, frames below the node)`` for each executed operator
         self.observer: Callable[[str, int, tuple[Frame, ...]], None] | None = None
+        #: called once before the first capture on a GPU backend (the monitor's GPU layer)
+        self.release_gpu: Callable[[], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def enable(self, jax: Any) -> None:
@@ -77,18 +90,12 @@ class JaxLayer:
             self._start_session()
 
     def _turn_off_command_buffers(self) -> None:
-        """XLA:GPU command buffers (CUDA graphs) tag every kernel inside with the graph's name,
-        hiding its HLO instruction; turn them off before the backend reads XLA_FLAGS."""
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_gpu_enable_command_buffer" in flags or os.environ.get(
-                "DEEPCONTEXT_JAX_COMMAND_BUFFERS") == "1":
-            return
         if self._backend_ready():
-            if self._on_gpu():
+            if self._on_gpu() and COMMAND_BUFFER_FLAG not in os.environ.get("XLA_FLAGS", ""):
                 self.note("jax: the XLA backend started before profiling, so command buffers "
                           "stay on; kernels inside one show under its [marker] command buffer")
             return
-        os.environ["XLA_FLAGS"] = f"{flags} {COMMAND_BUFFER_FLAG}".strip()
+        prepare_environment()
 
     def _on_gpu(self) -> bool:
         try:
@@ -180,6 +187,9 @@ class JaxLayer:
         with self._lock:
             if self._session is not None or self.yielded:
                 return
+            if self.release_gpu is not None and self._on_gpu():
+                self.release_gpu()  # XProf's CUPTI tracer needs the one subscriber slot
+                self.release_gpu = None
             import jax
 
             from jax._src.lib import _profiler
