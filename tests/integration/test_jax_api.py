@@ -45,3 +45,12 @@ def test_jitted_functions_behave_the_same_and_the_programs_own_trace_works(tmp_p
     (during,) = python_nodes(tree, prog, line_of(prog, "USERTRACE"))
     assert tree.inclusive(during, "op.time") == 0 and tree.inclusive(during, "op.count") == 0
     assert tree.inclusive(during, "sync.count") == 1
+
+
+def test_schedule_keeps_only_the_active_steps(tmp_path):
+    # wait=1, warmup=1, active=2, repeat=1 over 6 steps: the calls of steps 2 and 3
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "jax_schedule.py"),
+                           str(tmp_path / "s.dcprof")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2.0", "2.0", "2.0"]

@@ -98,10 +98,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         when_imported("torch", _enable_torch)
     if "jax" in context:
         from ..capture.import_hooks import when_imported
-        from ..capture.jax.layer import prepare_environment
 
-        if "jax" not in sys.modules:
-            prepare_environment()  # XLA reads its flags when the backend starts
         when_imported("jax", _enable_jax)
     if "gpu" in context:
         reason = gpu.start(core)
