@@ -54,3 +54,13 @@ def test_schedule_keeps_only_the_active_steps(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2.0", "2.0", "2.0"]
+
+
+def test_a_second_session_tracks_functions_jitted_under_the_first_and_survives_a_fork(tmp_path):
+    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning",
+                           str(PROGRAMS / "jax_two_sessions.py"), str(tmp_path / "a.dcprof"),
+                           str(tmp_path / "b.dcprof")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # calls at FIRST, SECOND, AFTER_FORK in the first profile, then in the second
+    assert proc.stdout.strip() == "[1.0, 0, 0, 0, 3.0, 1.0]"

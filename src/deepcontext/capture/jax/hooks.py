@@ -25,6 +25,8 @@ from typing import Any, Callable
 from .fold import DISPATCH_EVENT
 
 _tls = threading.local()
+#: The running layer; a TrackedJit made under an earlier session reports to the current one.
+current: list[Any] = [None]
 
 
 def call_stack() -> list[int]:
@@ -39,11 +41,10 @@ class TrackedJit:
     """What ``jax.jit`` returns under the profiler: calls are recorded, everything else
     (``lower``, ``trace``, attributes, method binding) is the jitted function's own."""
 
-    __slots__ = ("_dc_fn", "_dc_layer", "__dict__", "__weakref__")
+    __slots__ = ("_dc_fn", "__dict__", "__weakref__")
 
-    def __init__(self, fn: Any, layer: Any) -> None:
+    def __init__(self, fn: Any) -> None:
         object.__setattr__(self, "_dc_fn", fn)
-        object.__setattr__(self, "_dc_layer", layer)
         for attr in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
             try:
                 self.__dict__[attr] = getattr(fn, attr)
@@ -51,8 +52,8 @@ class TrackedJit:
                 pass
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        layer = self._dc_layer
-        if not layer.on():
+        layer = current[0]
+        if layer is None or not layer.on():
             return self._dc_fn(*args, **kwargs)
         if layer.needs_session:
             layer.start_with_backend()
@@ -94,17 +95,17 @@ def _like(wrapper: Any, original: Any) -> Any:
     return wrapper
 
 
-def tracked_jit(original: Callable[..., Any], layer: Any) -> Callable[..., Any]:
+def tracked_jit(original: Callable[..., Any]) -> Callable[..., Any]:
     def jit(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         if hasattr(out, "lower"):
-            return TrackedJit(out, layer)
+            return TrackedJit(out)
         if callable(out):  # jax.jit(static_argnums=...) used as a decorator factory
 
             @functools.wraps(out)
             def decorate(fun: Any) -> Any:
                 made = out(fun)
-                return TrackedJit(made, layer) if hasattr(made, "lower") else made
+                return TrackedJit(made) if hasattr(made, "lower") else made
 
             return decorate
         return out

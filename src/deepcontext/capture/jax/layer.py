@@ -18,6 +18,7 @@ from ...tree.cct import CallingContextTree
 from ...tree.frame import Frame
 from .fold import Execution, Folder
 from .hlo import HloModule
+from . import hooks
 from .hooks import Patches, call_stack, timed_sync, timed_value, tracked_jit
 from .names import jit_label, op_frames
 from .xspace import hlo_protos
@@ -55,6 +56,7 @@ class JaxLayer:
         self.paused = False
         self.yielded = False  # the program's own jax.profiler trace is running
         self._session: Any = None
+        self._pid = os.getpid()
         self._start_failed = False
         self._lock = threading.RLock()
         self._charges: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -86,6 +88,7 @@ class JaxLayer:
         self._turn_off_command_buffers()
         self._install(jax)
         self.enabled = True
+        hooks.current[0] = self
         if self._backend_ready():
             self._start_session()
 
@@ -115,7 +118,7 @@ class JaxLayer:
         from jax._src import api, array, profiler
 
         p = self._patches
-        p.replace(jax, "jit", lambda f: tracked_jit(f, self))
+        p.replace(jax, "jit", tracked_jit)
         for owner in (jax, api):
             p.replace(owner, "block_until_ready",
                       lambda f: timed_sync(f, self, "block_until_ready"))
@@ -140,6 +143,8 @@ class JaxLayer:
             return
         self.collect(restart=False)
         self.enabled = False
+        if hooks.current[0] is self:
+            hooks.current[0] = None
         self._patches.undo()
         if self._listener is not None:
             from jax._src import monitoring
@@ -150,8 +155,16 @@ class JaxLayer:
                 pass
             self._listener = None
 
+    def _forked(self) -> bool:
+        """In a forked child the profiler's threads do not exist: never touch its session."""
+        if os.getpid() == self._pid:
+            return False
+        self._session = None
+        self.enabled = False
+        return True
+
     def pause(self, paused: bool) -> None:
-        if not self.enabled or paused == self.paused:
+        if self._forked() or not self.enabled or paused == self.paused:
             return
         if paused:
             self.collect(restart=False)
@@ -161,6 +174,8 @@ class JaxLayer:
 
     def reset(self) -> None:
         """Warm-up ended: what was captured so far is dropped."""
+        if self._forked():
+            return
         with self._lock:
             self._drop_session()
             self._charges.clear()
@@ -218,6 +233,8 @@ class JaxLayer:
     def collect(self, restart: bool = True) -> None:
         """Fold the running capture into the contributions and (by default) start a new one
         (the profiler admits one session at a time: stop, restart, then read)."""
+        if self._forked():
+            return
         with self._lock:
             session, self._session = self._session, None
             xspace = None
@@ -230,7 +247,11 @@ class JaxLayer:
                 self._start_failed = False
                 self._start_session()
             if xspace is not None:
-                self._fold(xspace)
+                try:
+                    self._fold(xspace)
+                except Exception as e:  # noqa: BLE001 - the profile and the program go on
+                    self.note(f"jax: a capture could not be read ({type(e).__name__}: {e}); "
+                              "its operators are missing")
 
     def _fold(self, xspace: bytes) -> None:
         from jax.profiler import ProfileData
