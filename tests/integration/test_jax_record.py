@@ -186,3 +186,15 @@ def test_record_with_the_sampler_on(tmp_path):
     dot_line = _source_child(tree, jit, "DOT", "predict")
     (dot,) = children_named(tree, dot_line, "op", "jit(predict)/dot_general")
     assert tree.exclusive(dot, "op.count") == N
+
+
+def test_the_hotspot_rule_names_a_source_line_inside_the_jitted_functions(jax_profile):
+    from deepcontext.analysis import analyze
+    from deepcontext.analysis.rules.hotspot import HotspotRule
+
+    findings = analyze(jax_profile, rules=[HotspotRule()])
+    assert findings
+    inside = {line_of(PROG, m) for m in ("DOT", "TANH", "FORWARD", "HEAD")}
+    for f in findings:
+        assert f.location.file.endswith(PROG) and f.location.line in inside, f.title
+        assert f.evidence["op.time"] > 0
