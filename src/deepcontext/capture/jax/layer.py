@@ -58,7 +58,8 @@ class JaxLayer:
         self._session: Any = None
         self._pid = os.getpid()
         self._start_failed = False
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the session and the contributions
+        self._fold_lock = threading.Lock()  # one fold at a time (its own state is unshared)
         self._charges: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._modules: dict[int, HloModule | None] = {}
         self._labels: dict[int, str] = {}
@@ -232,20 +233,22 @@ class JaxLayer:
 
     def collect(self, restart: bool = True) -> None:
         """Fold the running capture into the contributions and (by default) start a new one
-        (the profiler admits one session at a time: stop, restart, then read)."""
+        (the profiler admits one session at a time: stop, restart, then read). The program's
+        threads wait on the lock only for the stop and restart, never for the fold."""
         if self._forked():
             return
-        with self._lock:
-            session, self._session = self._session, None
-            xspace = None
-            if session is not None:
-                try:
-                    xspace = session.stop()
-                except Exception as e:  # noqa: BLE001 - keep the program running
-                    self.note(f"jax: reading the JAX profiler capture failed ({e})")
-            if self.on() and (restart or session is None) and self._backend_ready():
-                self._start_failed = False
-                self._start_session()
+        with self._fold_lock:
+            with self._lock:
+                session, self._session = self._session, None
+                xspace = None
+                if session is not None:
+                    try:
+                        xspace = session.stop()
+                    except Exception as e:  # noqa: BLE001 - keep the program running
+                        self.note(f"jax: reading the JAX profiler capture failed ({e})")
+                if self.on() and (restart or session is None) and self._backend_ready():
+                    self._start_failed = False
+                    self._start_session()
             if xspace is not None:
                 try:
                     self._fold(xspace)
@@ -380,12 +383,13 @@ class JaxLayer:
     def graft(self, tree: CallingContextTree) -> None:
         """Add the contributions to a freshly built snapshot of the tree."""
         with self._lock:
-            for (node, frames), metrics in self._charges.items():
-                prefix = self._dispatch_path(node) if node >= 0 else ()
-                leaf = tree.add_path(prefix + frames)
-                for metric, value in metrics.items():
-                    if value:
-                        tree.add_metric(leaf, metric, value)
+            charges = list(self._charges.items())  # a fold may add to it meanwhile
+        for (node, frames), metrics in charges:
+            prefix = self._dispatch_path(node) if node >= 0 else ()
+            leaf = tree.add_path(prefix + frames)
+            for metric, value in list(metrics.items()):
+                if value:
+                    tree.add_metric(leaf, metric, value)
 
     def metadata(self) -> dict[str, Any]:
         import jax
