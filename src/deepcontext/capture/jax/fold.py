@@ -45,6 +45,7 @@ class Execution:
     kernel: str
     device: str  # "cpu" or "gpu"
     seconds: float
+    module: str = ""  # the executable's name (hlo_module), for events without a program id
 
 
 @dataclass(slots=True)
@@ -116,7 +117,7 @@ class Folder:
             run = t.stats.get("run_id")
             disp = runs.get(int(run)) if run is not None else None
             yield Execution(disp, int(t.stats["program_id"]), str(t.stats["hlo_op"]), t.name,
-                            "cpu", max(0, t.exclusive) * 1e-9)
+                            "cpu", max(0, t.exclusive) * 1e-9, str(t.stats.get("hlo_module", "")))
         self.carry.update(runs)
         while len(self.carry) > _MAX_CARRIED_RUNS:
             self.carry.pop(next(iter(self.carry)))
@@ -161,7 +162,8 @@ class Folder:
                 disp = _latest_before(dispatches, at if at is not None else k.start,
                                       str(k.stats.get("hlo_module", "")))
             yield Execution(disp, int(k.stats.get("program_id", -1)), str(k.stats.get("hlo_op", "")),
-                            k.name, "gpu", (k.end - k.start) * 1e-9)
+                            k.name, "gpu", (k.end - k.start) * 1e-9,
+                            str(k.stats.get("hlo_module", "")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ class JaxLayer:
         self._fold_lock = threading.Lock()  # one fold at a time (its own state is unshared)
         self._charges: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._modules: dict[int, HloModule | None] = {}
-        self._labels: dict[int, str] = {}
+        self._labels: dict[int, str] = {}  # id(module) -> jit(f)
         self._folder = Folder()
         self._counted: dict[Any, None] = {}  # dispatches already counted
         self._plans: dict[tuple[Any, ...], Any] = {}
@@ -274,12 +274,11 @@ class JaxLayer:
             self._charge_execution(ex)
 
     # -- charging --------------------------------------------------------------------------
-    def _label(self, pid: int, module: HloModule | None) -> str:
-        label = self._labels.get(pid)
+    def _label(self, module: HloModule) -> str:
+        """``jit(f)`` as its operators spell it (module names mangle: ``jit__lambda``)."""
+        label = self._labels.get(id(module))  # modules are kept for the layer's life
         if label is None:
-            first = module.first_op_name() if module is not None else ""
-            label = self._labels[pid] = jit_label(module.name if module else f"program {pid}",
-                                                  first)
+            label = self._labels[id(module)] = jit_label(module.name, module.first_op_name())
         return label
 
     def _charge_execution(self, ex: Execution) -> None:
@@ -318,8 +317,12 @@ class JaxLayer:
         and calling markers): the executable's frame path, and per operator its path, its
         kernel's path and its share of the time."""
         module = self._modules.get(ex.program_id)
+        if module is None and ex.module:  # no program id on the event: the latest of that name
+            module = next((m for m in reversed(self._modules.values())
+                           if m is not None and m.name == ex.module), None)
         head = [Frame.make("marker", m) for m in markers]
-        head.append(Frame.make("op", self._label(ex.program_id, module)))
+        head.append(Frame.make("op", self._label(module) if module is not None
+                               else jit_label(ex.module or f"program {ex.program_id}")))
         kernel = Frame.make("kernel", ex.kernel if ex.device == "gpu" else ex.hlo_op,
                             device=ex.device, hlo_op=ex.hlo_op)
         time_metric = "gpu.time" if ex.device == "gpu" else "op.time"
