@@ -14,7 +14,7 @@ User TraceMe spans (``jax.profiler.TraceAnnotation``) open around a dispatch bec
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,13 +58,26 @@ class _Timed:
     exclusive: int = 0
 
 
-def _events(line: Any) -> list[tuple[int, int, str, dict[str, Any]]]:
+_NO_STATS: dict[str, Any] = {}
+
+
+def _events(line: Any, wants: Callable[[str], bool] | None) -> list[
+        tuple[int, int, str, Any]]:
+    """A line's events in start order (outer spans first), as ``(start, end, name, stats)``.
+    Reading an event's stats costs ~4 us, 20x its name and times: events ``wants`` names get
+    their stats dict (all when None), the others carry the event to read them on demand."""
     out = []
     for e in line.events:
         start = int(e.start_ns)
-        out.append((start, start + int(e.duration_ns), e.name, dict(e.stats)))
+        name = e.name
+        out.append((start, start + int(e.duration_ns), name,
+                    dict(e.stats) if wants is None or wants(name) else e))
     out.sort(key=lambda t: (t[0], -t[1]))
     return out
+
+
+def _stats(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else dict(value.stats)
 
 
 class Folder:
@@ -75,7 +88,14 @@ class Folder:
         self.carry: dict[int, Dispatch | None] = {}  # run id -> its dispatch
         self.pending: dict[str, list[_Enqueue]] = {}  # function -> calls not yet seen running
 
-    def executions(self, profile: Any) -> Iterator[Execution]:
+    def executions(self, profile: Any, instructions: Container[str] = ()) -> Iterator[Execution]:
+        """The executions in ``profile``. XLA:CPU names a thunk event after its instruction,
+        so on host lines only events named in ``instructions`` (of the known executables) or
+        in ``_HOST_STATS`` have their stats read."""
+
+        def wants(name: str) -> bool:
+            return name in instructions or name == DISPATCH_EVENT
+
         dispatches: list[Dispatch] = []
         by_flow: dict[int, Dispatch] = {}
         enqueues: list[_Enqueue] = []
@@ -84,11 +104,12 @@ class Folder:
         kernels: list[_Timed] = []
         for li, (plane, line) in enumerate((p, ln) for p in profile.planes for ln in p.lines):
             if plane.name.startswith("/device:"):
-                for start, end, name, stats in _events(line):
+                for start, end, name, stats in _events(line, None):
                     if "hlo_op" in stats or "program_id" in stats:
                         kernels.append(_Timed(name, start, end, stats, li))
                 continue
-            _HostLine(li, dispatches, by_flow, enqueues, launches, thunks).read(_events(line))
+            host = wants if plane.name == "/host:CPU" else None  # e.g. CUPTI's API plane: all
+            _HostLine(li, dispatches, by_flow, enqueues, launches, thunks).read(_events(line, host))
         dispatches.sort(key=lambda d: d.start)
         yield from self._cpu(thunks, by_flow, enqueues, dispatches)
         yield from self._gpu(kernels, launches, dispatches)
@@ -189,21 +210,24 @@ class _HostLine:
         self.li, self.dispatches, self.by_flow = li, dispatches, by_flow
         self.enqueues, self.launches, self.thunks = enqueues, launches, thunks
 
-    def read(self, events: list[tuple[int, int, str, dict[str, Any]]]) -> None:
-        spans: list[tuple[int, str, Any]] = []  # (end, name, Dispatch | "user" | "xla" | call)
-        region_flow: int | None = None
+    def read(self, events: list[tuple[int, int, str, Any]]) -> None:
+        spans: list[tuple[int, str]] = []  # open user spans (TraceAnnotation) outside any call
+        dstack: list[tuple[int, Dispatch]] = []  # open dispatch spans
+        cstack: list[tuple[int, list[Any]]] = []  # open PjitFunction spans
+        region: Any = None  # the open thread-pool region's StartRegion (its flow id on demand)
         hlo_stack: list[_Timed] = []
         calls: list[list[Any]] = []  # [start, end, function, dispatch, executed]
         for start, end, name, stats in events:
-            while spans and spans[-1][0] <= start:
-                spans.pop()
-            disp = next((s[2] for s in reversed(spans) if isinstance(s[2], Dispatch)), None)
-            call = next((s[2] for s in reversed(spans) if isinstance(s[2], list)), None)
-            if name == DISPATCH_EVENT and "n" in stats:
-                markers = tuple(s[1] for s in spans if s[2] == "user")
+            for stack in (spans, dstack, cstack):
+                while stack and stack[-1][0] <= start:
+                    stack.pop()
+            disp = dstack[-1][1] if dstack else None
+            call = cstack[-1][1] if cstack else None
+            if name == DISPATCH_EVENT and isinstance(stats, dict) and "n" in stats:
+                markers = tuple(s[1] for s in spans) if not dstack else dstack[-1][1].markers
                 d = Dispatch(int(stats["n"]), markers, "", start, end)
                 self.dispatches.append(d)
-                spans.append((end, name, d))
+                dstack.append((end, d))
                 continue
             if name.startswith("PjitFunction("):
                 if call is None:  # the outer of XLA's two nested PjitFunction spans
@@ -211,25 +235,34 @@ class _HostLine:
                     if disp is not None and not disp.function:
                         disp.function = c[2]
                     calls.append(c)
-                    spans.append((end, name, c))
+                    cstack.append((end, c))
                 continue
             if call is not None and "Execute" in name:
                 call[4] = True
-            if name == _FLOW_RECORD and "_p" in stats and disp is not None:
-                self.by_flow[int(stats["_p"])] = disp
-            if "correlation_id" in stats:
-                self.launches.append((start, int(stats["correlation_id"])))
+            if name == _FLOW_RECORD:
+                if disp is not None:  # the call handing its run to XLA's thread pool
+                    flow = _stats(stats).get("_p")
+                    if flow is not None:
+                        self.by_flow[int(flow)] = disp
+                continue
             if name == _REGION_START:
-                region_flow = int(stats["_c"]) if "_c" in stats else None
+                region = stats
                 continue
             if name == _REGION_STOP:
-                region_flow = None
+                region = None
                 continue
-            if "hlo_op" in stats and "program_id" in stats:
-                self._thunk(start, end, name, stats, region_flow, disp, hlo_stack)
-                continue
-            if end > start and not name.startswith("end: "):
-                spans.append((end, name, "xla" if disp is not None else "user"))
+            if isinstance(stats, dict):
+                if "correlation_id" in stats:
+                    self.launches.append((start, int(stats["correlation_id"])))
+                if "hlo_op" in stats and "program_id" in stats:
+                    flow = None
+                    if region is not None:
+                        region = _stats(region)  # read once per region that ran thunks
+                        flow = int(region["_c"]) if "_c" in region else None
+                    self._thunk(start, end, name, stats, flow, disp, hlo_stack)
+                    continue
+            if end > start and disp is None and not name.startswith("end: "):
+                spans.append((end, name))  # a user span: a marker of the calls inside it
         for c in calls:
             if c[4]:
                 self.enqueues.append(_Enqueue(c[0], _function_key(c[2]), c[3]))

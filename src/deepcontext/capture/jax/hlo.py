@@ -164,6 +164,9 @@ class HloModule:
         return next((i.op_name for i in self._by_name.values() if i.op_name.startswith("jit(")),
                     "")
 
+    def instruction_names(self) -> list[str]:
+        return list(self._by_name)
+
     def has(self, name: str) -> bool:
         return name in self._by_name
 

@@ -33,7 +33,7 @@ COMPILE_PHASES = {
 COUNTED_PHASE = "/jax/core/compile/backend_compile_duration"
 COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
 
-Key = tuple[int, tuple[Frame, ...]]
+Key = tuple[int, int]  # (dispatching context node or -1, path id)
 
 
 def prepare_environment() -> None:
@@ -63,6 +63,9 @@ class JaxLayer:
         self._charges: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._modules: dict[int, HloModule | None] = {}
         self._labels: dict[int, str] = {}  # id(module) -> jit(f)
+        self._instructions: set[str] = set()  # instruction names of every known module
+        self._path_ids: dict[tuple[Frame, ...], int] = {}  # contributions are keyed by ids
+        self._path_list: list[tuple[Frame, ...]] = []
         self._folder = Folder()
         self._counted: dict[Any, None] = {}  # dispatches already counted
         self._plans: dict[tuple[Any, ...], Any] = {}
@@ -267,10 +270,12 @@ class JaxLayer:
         self.stats["captures"] += 1
         for pid, proto in hlo_protos(xspace, self._modules).items():
             try:
-                self._modules[pid] = HloModule(proto)
+                self._modules[pid] = module = HloModule(proto)
+                self._instructions.update(module.instruction_names())
             except (ValueError, IndexError):
                 self._modules[pid] = None
-        for ex in self._folder.executions(ProfileData.from_serialized_xspace(xspace)):
+        profile = ProfileData.from_serialized_xspace(xspace)
+        for ex in self._folder.executions(profile, self._instructions):
             self._charge_execution(ex)
 
     # -- charging --------------------------------------------------------------------------
@@ -301,18 +306,24 @@ class JaxLayer:
             charges[(node, head)]["op.count"] += 1
         gpu = ex.device == "gpu"
         for op_name, op_path, leaf_path, share in entries:
-            if op_path is not None:
+            if op_path >= 0:
                 charges[(node, op_path)]["op.count"] += 1
                 if self.observer is not None:
-                    self.observer(op_name, node, op_path)
+                    self.observer(op_name, node, self._path_list[op_path])
             leaf = charges[(node, leaf_path)]
             leaf[time_metric] += ex.seconds * share
             if gpu:
                 leaf["gpu.launches"] += share
 
+    def _id(self, path: tuple[Frame, ...]) -> int:
+        pid = self._path_ids.get(path)
+        if pid is None:
+            pid = self._path_ids[path] = len(self._path_list)
+            self._path_list.append(path)
+        return pid
+
     def _plan(self, ex: Execution, linked: bool, markers: tuple[str, ...]) -> tuple[
-            tuple[Frame, ...], list[tuple[str, tuple[Frame, ...] | None, tuple[Frame, ...], float]],
-            str]:
+            int, list[tuple[str, int, int, float]], str]:
         """Where one kind of execution is charged (computed once per executable, instruction
         and calling markers): the executable's frame path, and per operator its path, its
         kernel's path and its share of the time."""
@@ -333,18 +344,19 @@ class JaxLayer:
             tail = [kernel]
             if ex.hlo_op.startswith("command_buffer"):
                 tail.insert(0, Frame.make("marker", "command buffer"))
-            return tuple(head), [("", None, tuple(head + tail), 1.0)], time_metric
+            return self._id(tuple(head)), [("", -1, self._id(tuple(head + tail)), 1.0)], time_metric
         fused = (Frame.make("marker", f"fused 1/{len(ops)}"),) if len(ops) > 1 else ()
         entries = []
         for op in ops:
             outer, below = op_frames(op, linked)
             op_path = tuple(outer + head + below)
-            entries.append((op.op_name, op_path, op_path + fused + (kernel,), 1.0 / len(ops)))
-        return tuple(head), entries, time_metric
+            entries.append((op.op_name, self._id(op_path), self._id(op_path + fused + (kernel,)),
+                            1.0 / len(ops)))
+        return self._id(tuple(head)), entries, time_metric
 
     def _add(self, node: int, frames: list[Frame], metrics: dict[str, float]) -> None:
         with self._lock:
-            slot = self._charges[(node, tuple(frames))]
+            slot = self._charges[(node, self._id(tuple(frames)))]
             for k, v in metrics.items():
                 slot[k] += v
 
@@ -387,9 +399,9 @@ class JaxLayer:
         """Add the contributions to a freshly built snapshot of the tree."""
         with self._lock:
             charges = list(self._charges.items())  # a fold may add to it meanwhile
-        for (node, frames), metrics in charges:
+        for (node, path), metrics in charges:
             prefix = self._dispatch_path(node) if node >= 0 else ()
-            leaf = tree.add_path(prefix + frames)
+            leaf = tree.add_path(prefix + self._path_list[path])
             for metric, value in list(metrics.items()):
                 if value:
                     tree.add_metric(leaf, metric, value)
