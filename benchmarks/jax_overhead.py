@@ -5,6 +5,12 @@ profilers at once). See benchmarks/README.md ("JAX").
 
     python benchmarks/jax_overhead.py                       # the backend jax picks (GPU if any)
     python benchmarks/jax_overhead.py --size cpu --steps 20 --repeats 3 --markdown out.md
+
+XLA reads XLA_FLAGS once, when the backend starts, so every mode of one run shares one setting:
+by default command buffers are off in all of them (as deepcontext sets them when it profiles from
+the start, docs/jax.md); ``--keep-command-buffers`` leaves XLA's default (deepcontext then sees
+command-buffer kernels under ``[marker] command buffer``). The cost of turning them off is the
+ratio of the ``off`` rows of the two runs.
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
+if "--keep-command-buffers" not in sys.argv and "xla_gpu_enable_command_buffer" not in \
+        os.environ.get("XLA_FLAGS", ""):  # before jax is imported: see the module docstring
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_gpu_enable_command_buffer=").strip()
 
-import deepcontext
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import deepcontext  # noqa: E402
 
 #: (layers, model width, heads, sequence, batch, vocabulary, dtype)
 SIZES = {
@@ -138,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dc", action="append", help=f"deepcontext context[@interval] (default "
                                                   f"{default_dc}; repeatable)")
     ap.add_argument("--no-jax-profiler", action="store_true")
+    ap.add_argument("--keep-command-buffers", action="store_true",
+                    help="leave XLA's command buffers (CUDA graphs) on in every mode")
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     args = ap.parse_args(argv)
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               f"jax {jax.__version__}, backend {backend} ({jax.devices()[0].device_kind}), "
               f"Python {platform.python_version()}, {os.cpu_count()} CPUs",
               f"steps {args.steps} (+{args.warmup} warm-up inside each profiler), "
-              f"repeats {args.repeats}", "",
+              f"repeats {args.repeats}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}", "",
               f"last deepcontext run: layer {last_dc.get('jax_layer')}, nodes {last_dc.get('nodes')}, "
               f"notes {last_dc.get('notes')}", ""]
     text = "\n".join(header + table) + "\n"

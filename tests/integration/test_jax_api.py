@@ -64,3 +64,22 @@ def test_a_second_session_tracks_functions_jitted_under_the_first_and_survives_a
     assert proc.returncode == 0, proc.stderr
     # calls at FIRST, SECOND, AFTER_FORK in the first profile, then in the second
     assert proc.stdout.strip() == "[1.0, 0, 0, 0, 3.0, 1.0]"
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, "--xla_gpu_enable_command_buffer="),
+    ({"XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION"}, "--xla_gpu_enable_command_buffer=FUSION"),
+    ({"DEEPCONTEXT_JAX_COMMAND_BUFFERS": "1"}, "None"),
+])
+def test_command_buffers_are_turned_off_before_the_backend_starts(tmp_path, env, expected):
+    import os
+
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("XLA_FLAGS", "DEEPCONTEXT_JAX_COMMAND_BUFFERS")}
+    code = "import os, jax; print(os.environ.get('XLA_FLAGS'))"
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "record", "-o",
+                           str(tmp_path / "p.dcprof"), "--sample-interval", "0", "--",
+                           sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
