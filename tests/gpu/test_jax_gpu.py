@@ -84,10 +84,10 @@ def test_command_buffers_are_off_and_gpu_time_has_a_python_line(profile):
     assert not [n for n in tree.nodes if n.frame.kind == "kernel"
                 and n.frame.get("hlo_op").startswith("command_buffer")]
     assert not [n for n in tree.nodes if n.frame == Frame.make("marker", "command buffer")]
-    total = tree.total("gpu.time")
-    under_python = sum(tree.exclusive(n.id, "gpu.time") for n in tree.nodes
-                       if any(f.kind == "python" for f in tree.path(n.id)))
-    assert total > 0 and under_python == pytest.approx(total), tree.metadata.get("notes")
+    jax_kernels = [n for n in tree.nodes if n.frame.kind == "kernel" and n.frame.get("hlo_op")]
+    assert sum(tree.exclusive(n.id, "gpu.time") for n in jax_kernels) > 0
+    for n in jax_kernels:  # every kernel XLA ran for the program has its Python line
+        assert any(f.kind == "python" for f in tree.path(n.id)), tree.path(n.id)
     assert any("handed to the JAX profiler" in n for n in tree.metadata["notes"])
 
 

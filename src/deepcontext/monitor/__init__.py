@@ -141,7 +141,7 @@ def _release_gpu() -> None:
     """The JAX profiler traces the GPU itself (kernels with their HLO instruction), and CUDA
     admits one CUPTI subscriber: the GPU layer steps aside when a JAX program uses a GPU."""
     if gpu.active():
-        gpu.stop(_core())
+        gpu.stop(_core(), wait=0.5)  # on the program's thread, at its first jitted call
         note("GPU capture handed to the JAX profiler (one CUPTI subscriber per process): "
              "kernels show under their JAX operators")
 

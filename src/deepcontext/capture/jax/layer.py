@@ -338,6 +338,9 @@ class JaxLayer:
                             device=ex.device, hlo_op=ex.hlo_op)
         time_metric = "gpu.time" if ex.device == "gpu" else "op.time"
         ops = module.ops(ex.hlo_op) if module is not None else ()
+        if ex.device == "gpu" and ex.program_id < 0:  # no executable yet: compile-time
+            tail = [Frame.make("marker", "compile"), Frame.make("marker", "autotuning"), kernel]
+            return self._id(tuple(head)), [("", -1, self._id(tuple(head + tail)), 1.0)], time_metric
         if not ops:
             if module is None or not module.has(ex.hlo_op):
                 self.stats["unresolved"] += 1
