@@ -1,5 +1,6 @@
 """The JAX layer through the monitor API, and what jax.jit returns keeps its behaviour under it."""
 
+import os
 import subprocess
 import sys
 
@@ -9,11 +10,13 @@ pytest.importorskip("jax")
 
 from helpers import PROGRAMS, children_named, line_of, loaded, python_nodes, record  # noqa: E402
 
+CPU = {**os.environ, "JAX_PLATFORMS": "cpu"}  # the XLA:CPU path, also on a GPU machine
+
 
 def test_jax_op_callback_sees_the_full_path():
     prog = "jax_api.py"
     proc = subprocess.run([sys.executable, str(PROGRAMS / prog), "3"], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=CPU)
     assert proc.returncode == 0, proc.stderr
     count, last = proc.stdout.splitlines()
     assert count == "3"  # one event per execution of the dot_general
@@ -25,9 +28,9 @@ def test_jax_op_callback_sees_the_full_path():
 def test_jitted_functions_behave_the_same_and_the_programs_own_trace_works(tmp_path):
     prog = "jax_semantics.py"
     plain = subprocess.run([sys.executable, str(PROGRAMS / prog)], capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=300, env=CPU)
     assert plain.returncode == 0, plain.stderr
-    proc, out = record(tmp_path, prog, options=("--sample-interval", "0"))
+    proc, out = record(tmp_path, prog, options=("--sample-interval", "0"), env=CPU)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == plain.stdout
     assert proc.stdout.startswith("1 [")  # the program's own jax.profiler.trace wrote its file
@@ -51,7 +54,7 @@ def test_schedule_keeps_only_the_active_steps(tmp_path):
     # wait=1, warmup=1, active=2, repeat=1 over 6 steps: the calls of steps 2 and 3
     proc = subprocess.run([sys.executable, str(PROGRAMS / "jax_schedule.py"),
                            str(tmp_path / "s.dcprof")], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=CPU)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2.0", "2.0", "2.0"]
 
@@ -60,7 +63,7 @@ def test_a_second_session_tracks_functions_jitted_under_the_first_and_survives_a
     proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning",
                            str(PROGRAMS / "jax_two_sessions.py"), str(tmp_path / "a.dcprof"),
                            str(tmp_path / "b.dcprof")], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=CPU)
     assert proc.returncode == 0, proc.stderr
     # calls at FIRST, SECOND, AFTER_FORK in the first profile, then in the second
     assert proc.stdout.strip() == "[1.0, 0, 0, 0, 3.0, 1.0]"
@@ -72,9 +75,7 @@ def test_a_second_session_tracks_functions_jitted_under_the_first_and_survives_a
     ({"DEEPCONTEXT_JAX_COMMAND_BUFFERS": "1"}, "None"),
 ])
 def test_command_buffers_are_turned_off_before_the_backend_starts(tmp_path, env, expected):
-    import os
-
-    base = {k: v for k, v in os.environ.items()
+    base = {k: v for k, v in CPU.items()
             if k not in ("XLA_FLAGS", "DEEPCONTEXT_JAX_COMMAND_BUFFERS")}
     code = "import os, jax; print(os.environ.get('XLA_FLAGS'))"
     proc = subprocess.run([sys.executable, "-m", "deepcontext", "record", "-o",

@@ -18,12 +18,13 @@ from helpers import children_named, line_of, loaded, python_nodes, record, subtr
 
 PROG = "jax_train.py"
 N = 4
+CPU = {"JAX_PLATFORMS": "cpu"}  # the XLA:CPU path, also on a GPU machine (GPU: tests/gpu)
 
 
 @pytest.fixture(scope="module")
 def jax_profile(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("jax")
-    proc, out = record(tmp, PROG, str(N), options=("--sample-interval", "0"))
+    proc, out = record(tmp, PROG, str(N), options=("--sample-interval", "0"), env=CPU)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"done {N} ")
     return loaded(out)
@@ -168,7 +169,7 @@ def test_profile_metadata_names_the_versions(jax_profile):
 
 def test_without_the_jax_layer_nothing_is_patched(tmp_path):
     proc, out = record(tmp_path, PROG, "2", options=("--sample-interval", "0",
-                                                     "--context", "python,op"))
+                                                     "--context", "python,op"), env=CPU)
     assert proc.returncode == 0, proc.stderr
     tree = loaded(out)
     assert not [n for n in tree.nodes if n.frame.name.startswith("jit(")]
@@ -178,7 +179,7 @@ def test_without_the_jax_layer_nothing_is_patched(tmp_path):
 def test_record_with_the_sampler_on(tmp_path):
     """The default CPU sampler beside the JAX layer (needs the core's sampler fix for jitted JAX
     programs): same operators, same counts, and XLA's worker threads sampled."""
-    proc, out = record(tmp_path, PROG, str(N))
+    proc, out = record(tmp_path, PROG, str(N), env=CPU)
     assert proc.returncode == 0, proc.stderr
     tree = loaded(out)
     jit = _jit_under(tree, "CALL", "jit(predict)")
