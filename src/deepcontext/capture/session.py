@@ -23,8 +23,8 @@ from . import inductor
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu", "memory")
-DEFAULT_CONTEXT = ("python", "module", "op", "gpu")
+CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu", "memory", "jax")
+DEFAULT_CONTEXT = ("python", "module", "op", "gpu", "jax")
 
 _active: Session | None = None
 

@@ -28,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="profile file to write (default: <program>.dcprof, never overwriting)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--context", default=None,
-                   help="layers in each context: python,module,op,native,gpu,memory "
-                        "(default python,module,op,gpu)")
+                   help="layers in each context: python,module,op,native,gpu,memory,jax "
+                        "(default python,module,op,gpu,jax)")
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="write the profile every SECONDS (default 10) so a killed run keeps data")
     p.add_argument("--sample-interval", type=float, default=0.01, metavar="SECONDS",

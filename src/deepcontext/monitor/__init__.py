@@ -30,11 +30,11 @@ __all__ = ["DOMAINS", "OpEvent", "init", "register", "unregister", "callpath", "
            "initialized"]
 
 #: Domains a callback can be registered on.
-DOMAINS = ("torch.op",)
+DOMAINS = ("torch.op", "jax.op")
 
 _tls = threading.local()
 _state: dict[str, Any] = {"init": False, "notes": [], "torch_tier": None, "tier_handle": None,
-                          "modules": None, "callbacks": {}, "memory": None}
+                          "modules": None, "callbacks": {}, "memory": None, "jax": None}
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     core = _core()
     _state["torch_tier"] = None
     _state["notes"] = []
+    _state["jax"] = None  # a previous session's layer was stopped by finalize
     core.reset_metrics()
     core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
                interval=sample_interval or 0.01, native="native" in context)
@@ -97,6 +98,10 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         from ..capture.import_hooks import when_imported
 
         when_imported("torch", _enable_torch, on_error=_torch_hook_failed)
+    if "jax" in context:
+        from ..capture.import_hooks import when_imported
+
+        when_imported("jax", _enable_jax)
     if "gpu" in context:
         reason = gpu.start(core)
         if reason:
@@ -137,6 +142,31 @@ def _torch_hook_failed(e: BaseException) -> None:
     _say(f"deepcontext: {text}")
 
 
+def _enable_jax(jax: Any) -> None:
+    if not _state["init"] or _state["jax"] is not None:
+        return
+    from ..capture.jax import JaxLayer
+
+    layer = JaxLayer(_core(), note)
+    layer.release_gpu = _release_gpu
+    try:
+        layer.enable(jax)
+    except Exception as e:  # noqa: BLE001 - another jax layout: the program runs on unprofiled
+        note(f"jax layer off: {type(e).__name__}: {e}")
+        return
+    _state["jax"] = layer
+    _install_observer()
+
+
+def _release_gpu() -> None:
+    """The JAX profiler traces the GPU itself (kernels with their HLO instruction), and CUDA
+    admits one CUPTI subscriber: the GPU layer steps aside when a JAX program uses a GPU."""
+    if gpu.active():
+        gpu.stop(_core(), wait=0.5)  # on the program's thread, at its first jitted call
+        note("GPU capture handed to the JAX profiler (one CUPTI subscriber per process): "
+             "kernels show under their JAX operators")
+
+
 def register(domain: str, callback: Callable[[OpEvent], None]) -> None:
     if domain not in DOMAINS:
         raise DeepContextError(f"unknown monitor domain {domain!r}; choose from {', '.join(DOMAINS)}")
@@ -152,6 +182,10 @@ def unregister(domain: str, callback: Callable[[OpEvent], None]) -> None:
 
 
 def _install_observer() -> None:
+    layer = _state["jax"]
+    jax_cbs = _state["callbacks"].get("jax.op", [])
+    if layer is not None:
+        layer.observer = _jax_observer(jax_cbs) if jax_cbs else None
     cbs = _state["callbacks"].get("torch.op", [])
     if not cbs:
         _core().set_op_observer(None)
@@ -169,6 +203,23 @@ def _install_observer() -> None:
     _core().set_op_observer(observer)
 
 
+def _jax_observer(cbs: list[Callable[[OpEvent], None]]) -> Callable[..., None]:
+    def observer(name: str, node: int, below: tuple[Frame, ...]) -> None:
+        # delivered when a capture is folded (each flush): the execution already happened
+        event = OpEvent("jax.op", name, "exec", node)
+        _tls.event_node, _tls.event_below = node, below
+        try:
+            for cb in list(cbs):
+                try:
+                    cb(event)
+                except Exception as e:  # noqa: BLE001 - a tool's bug must not stop the flush
+                    note(f"jax.op callback failed: {type(e).__name__}: {e}")
+        finally:
+            _tls.event_node, _tls.event_below = None, ()
+
+    return observer
+
+
 def callpath() -> list[Frame]:
     """The calling thread's current multi-layer path, outermost first (profiler frames hidden).
 
@@ -182,18 +233,23 @@ def callpath() -> list[Frame]:
     if node is None:
         node = core.current_node()
     frames = [Frame.make(kind, name, file, line, **_parse_extra(extra))
-              for kind, name, file, line, extra in core.path_frames(node)]
+              for kind, name, file, line, extra in core.path_frames(node)] if node >= 0 else []
+    frames += getattr(_tls, "event_below", ())
     return [f for f in frames
             if not (f.kind == "python" and (_is_own(f.file) or _is_launcher(f.file)))]
 
 
 def pause(paused: bool) -> None:
     _core().set_paused(paused)
+    if _state["jax"] is not None:
+        _state["jax"].pause(paused)
 
 
 def reset_metrics() -> None:
     gpu.flush(_core())  # warm-up kernels already finished are zeroed with the rest
     _core().reset_metrics()
+    if _state["jax"] is not None:
+        _state["jax"].reset()
 
 
 def resolve() -> None:
@@ -232,9 +288,16 @@ def snapshot_tree(metadata: dict[str, Any]) -> Any:
     core = _core()
     _sample_new_threads(core)
     gpu.flush(core)  # completed GPU activity first, so the snapshot holds it
+    layer = _state["jax"]
+    if layer is not None:
+        layer.collect()  # XLA executions captured since the last snapshot
+        metadata.update(layer.metadata())
     raw = core.snapshot()
     metadata.update(gpu.metadata(core))  # counters as of this snapshot
-    return build_tree(raw, metadata)
+    tree = build_tree(raw, metadata)
+    if layer is not None:
+        layer.graft(tree)
+    return tree
 
 
 def metadata() -> dict[str, Any]:
@@ -259,6 +322,9 @@ def finalize() -> None:
     if not _state["init"]:
         return
     core = _core()
+    layer = _state["jax"]
+    if layer is not None:
+        layer.stop()  # before capture stops: the final capture is folded while nodes are valid
     gpu.stop(core)
     core.stop()
     core.memory_stop()

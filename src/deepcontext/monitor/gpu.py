@@ -49,6 +49,10 @@ def start(core: Any) -> str:
     return reason
 
 
+def active() -> bool:
+    return bool(_state["on"])
+
+
 def flush(core: Any, wait: float = 0.0) -> None:
     """Fold completed GPU activity buffers into the native tree."""
     if _state["on"]:
@@ -62,11 +66,11 @@ def maybe_flush(core: Any) -> None:
         flush(core)
 
 
-def stop(core: Any) -> None:
+def stop(core: Any, wait: float = EXIT_WAIT) -> None:
     """Final flush (bounded wait for records in flight), then unsubscribe from CUPTI."""
     if _state["on"]:
         _state["on"] = False
-        core.gpu_stop(EXIT_WAIT)
+        core.gpu_stop(wait)
 
 
 def metadata(core: Any) -> dict[str, Any]:

@@ -66,6 +66,8 @@ class SyncRule(Rule):
             w, c = node.metrics.get("sync.wait", 0.0), node.metrics.get("sync.count", 0.0)
             if not (w or c) or ctx.owner[node.id] <= 0:
                 continue
+            if node.frame.kind == SYNC and node.frame.name.startswith("jax "):
+                continue  # JAX's round trips: rules/jax.py, with JAX's advice
             owner = ctx.owner[node.id]
             wait[owner] += w
             count[owner] += c

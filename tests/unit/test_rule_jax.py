@@ -1,0 +1,45 @@
+"""jax-recompile and jax-host-round-trip on literal trees shaped like the JAX layer's output."""
+
+from deepcontext.analysis import analyze
+from deepcontext.analysis.rules.jax import JaxHostRoundTripRule, JaxRecompileRule
+from deepcontext.analysis.rules.sync import SyncRule
+from deepcontext.analysis.testing import build, kernel, marker, op, sync, user
+
+STEP = ([user(30), op("jit(step)"), user(12, "loss"), op("jit(step)/jvp()/dot_general"),
+         kernel("ynn_fusion", device="cpu", hlo_op="ynn_fusion")], {"op.time": 0.9})
+
+
+def compiles(line, n, seconds):
+    return ([user(line), op("jit(step)"), marker("compile"), marker("XLA compile")],
+            {"compile.time": seconds}), ([user(line), op("jit(step)"), marker("compile")],
+                                         {"compile.count": n})
+
+
+def test_recompiled_function_fires_at_the_line_with_most_compiles():
+    tree = build([STEP, *compiles(30, 5, 0.5), *compiles(40, 1, 0.1)], {"steps": 10})
+    (f,) = analyze(tree, rules=[JaxRecompileRule()])
+    assert f.rule == "jax-recompile" and f.location.line == 30
+    assert f.evidence == {"compiles": 6, "compile_time_s": 0.6, "function": "jit(step)"}
+    assert f.estimated_gain.seconds == 0.5  # all but one compilation's share
+    assert "0.6 per step" in f.message and "train.py:40 (1x)" in f.message
+
+
+def test_two_compilations_are_normal():
+    tree = build([STEP, *compiles(30, 2, 0.5)])
+    assert analyze(tree, rules=[JaxRecompileRule()]) == []
+
+
+def test_per_step_scalar_reads_are_round_trips_with_jax_advice():
+    frames = [user(33), sync("jax device-to-host copy")]
+    tree = build([STEP, (frames, {"sync.count": 50, "sync.wait": 0.05})], {"steps": 50})
+    findings = analyze(tree, rules=[JaxHostRoundTripRule(), SyncRule()])
+    (f,) = findings  # the generic host-sync rule leaves JAX's round trips to this one
+    assert f.rule == "jax-host-round-trip" and f.location.line == 33
+    assert f.evidence == {"round_trips": 50, "sync_wait_s": 0.05, "cause": "jax device-to-host copy"}
+    assert "(1 per step)" in f.message and "float()/jax.device_get" in f.suggestion
+
+
+def test_few_round_trips_are_quiet():
+    tree = build([STEP, ([user(33), sync("jax block_until_ready")], {"sync.count": 9,
+                                                                      "sync.wait": 0.5})])
+    assert analyze(tree, rules=[JaxHostRoundTripRule()]) == []
