@@ -31,6 +31,16 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("gpu.init", "s", "host time creating the CUDA context and loading modules "
                                     "(one-time set-up)"),
         MetricInfo("native.samples", "count", "samples that carried a native stack"),
+        MetricInfo("hook.count", "count", "calls of a declared runtime function (--hooks)"),
+        MetricInfo("hook.time", "s", "wall time inside a declared function, nested hooked calls excluded"),
+        MetricInfo("hook.bytes", "bytes", "bytes passed to a declared function (its bytes_arg)"),
+        MetricInfo("perf.page_faults", "count", "page faults (perf_event_open, --perf)"),
+        MetricInfo("perf.context_switches", "count", "context switches (--perf)"),
+        MetricInfo("perf.cpu_migrations", "count", "moves to another CPU (--perf)"),
+        MetricInfo("perf.cycles", "count", "CPU cycles (--perf, where the kernel has a PMU)"),
+        MetricInfo("perf.instructions", "count", "instructions retired (--perf, with a PMU)"),
+        MetricInfo("perf.cache_misses", "count", "last-level cache misses (--perf, with a PMU)"),
+        MetricInfo("perf.branch_misses", "count", "mispredicted branches (--perf, with a PMU)"),
     )
 }
 
