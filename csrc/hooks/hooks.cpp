@@ -188,13 +188,24 @@ void* open_as_caller(const char* file, int flags, void* caller) {
   return real_dlopen(file, flags);
 }
 
+// Objects loaded since the last pass. Never waits for g_mu: a library constructor on another
+// thread may be inside dlopen (holding the loader's lock, which a pass needs) and call dlopen
+// itself; the thread holding g_mu picks the work up before it lets go.
+std::atomic<bool> g_dirty{false};
+
+void patch_pending() {
+  g_dirty.store(true);
+  while (g_dirty.load() && g_mu.try_lock()) {
+    g_dirty.store(false);
+    if (g_installed) patch_new_objects_locked(resolve_slots());
+    g_mu.unlock();
+  }
+}
+
 extern "C" __attribute__((visibility("hidden"))) void* dc_dlopen(const char* file, int flags) {
   void* caller = __builtin_extract_return_addr(__builtin_return_address(0));
   void* h = open_as_caller(file, flags, caller);
-  if (h != nullptr && !(flags & RTLD_NOLOAD)) {
-    std::lock_guard<std::mutex> g(g_mu);
-    if (g_installed) patch_new_objects_locked(resolve_slots());
-  }
+  if (h != nullptr && !(flags & RTLD_NOLOAD)) patch_pending();
   return h;
 }
 
@@ -228,7 +239,15 @@ extern "C" __attribute__((visibility("hidden"))) void* dc_dlsym(void* handle, co
 
 }  // namespace
 
+static std::string install_locked(const std::vector<HookSpec>& specs);
+
 std::string install(const std::vector<HookSpec>& specs) {
+  std::string error = install_locked(specs);
+  if (error.empty()) patch_pending();  // objects dlopen'ed on other threads meanwhile
+  return error;
+}
+
+static std::string install_locked(const std::vector<HookSpec>& specs) {
   if (const char* why = trampolines_unavailable(); why[0] != '\0') return why;
   std::lock_guard<std::mutex> g(g_mu);
   // Check everything before touching anything: nothing is hooked half-way.
