@@ -98,7 +98,8 @@ def test_counts_and_bytes_per_line(tmp_path, libs, env):
     proc, out = record(tmp_path, "hooks_framework.py", str(libs["framework"]),
                        options=("--hooks", str(hooks)), env=env)
     assert proc.returncode == 7, proc.stderr  # the program's exit status, untouched
-    assert proc.stdout == "plugin 10\nabi ok\n"  # arguments and results intact
+    # arguments and results intact; calls left by longjmp leave later ones intact
+    assert proc.stdout == "plugin 10\nabi ok\nlongjmp 3\nc threads 1000\n"
     tree = loaded(out)
     prog = "hooks_framework.py"
 
@@ -139,7 +140,18 @@ def test_counts_and_bytes_per_line(tmp_path, libs, env):
     assert abi["fa_launch_grid"]["hook.bytes"] == 1000
     assert abi["fa_mix"]["hook.count"] == 1
 
-    assert tree.total("hook.count") == 5 + 6 + 3 + 1 + 1 + 1 + 4 + 1 + 1
+    # fa_fail never returned (longjmp): not counted; the launch after it is
+    assert hook_children(tree, prog, "LONGJMP") == {"fa_launch": {
+        "hook.count": 1, "hook.bytes": 1,
+        "hook.time": hook_children(tree, prog, "LONGJMP")["fa_launch"]["hook.time"]}}
+    # four Python threads at once: every call counted, under the workers' line
+    threaded = hook_children(tree, prog, "THREAD_LAUNCH")["fa_launch"]
+    assert threaded["hook.count"] == 4000 and threaded["hook.bytes"] == 12000
+    # C threads run no Python: their calls hang outside any Python line
+    outside = sum(n.metrics.get("hook.count", 0) for n in tree.nodes if n.frame.kind == "hook"
+                  and not any(f.kind == "python" for f in tree.path(n.id)))
+    assert outside == 1000
+    assert tree.total("hook.count") == 5 + 6 + 3 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 4000 + 1000
     meta = {(h["function"]): h for h in tree.metadata["hooks"]}
     assert meta["fa_launch"]["loaded"] and meta["fa_launch"]["bindings"] >= 1
     assert not any(k.startswith("perf.") for n in tree.nodes for k in n.metrics)  # opt-in
@@ -152,7 +164,8 @@ def test_python_api_on_a_runtime_loaded_before_start(tmp_path, libs, env):
                            str(hooks), str(out)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "done\n"
+    assert proc.stdout == ("dlsym gave the stub inside True\ndlsym gives the function after True\n"
+                           "done\n")
     tree = loaded(out)
     inside = hook_children(tree, "hooks_api.py", "INSIDE")
     assert inside["fa_launch"]["hook.count"] == 3
