@@ -204,3 +204,26 @@ def test_bad_file_is_one_line_error_before_the_program_runs(tmp_path, libs, env,
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not marker.exists() and not list(tmp_path.glob("*.dcprof"))
+
+
+def test_api_refuses_a_loaded_library_without_the_function(tmp_path, libs, env):
+    # Specs given as data skip the file checks; the native core still checks loaded libraries
+    # and patches nothing unless every function exists.
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import ctypes, sys\nimport deepcontext\n"
+        f"fw = ctypes.CDLL({str(libs['framework'])!r})\n"
+        "specs = [{'library': 'libfakeaccel.so', 'function': 'fa_launch', 'kind': 'launch'},\n"
+        "         {'library': 'libfakeaccel.so', 'function': 'fa_nope', 'kind': 'call'}]\n"
+        "try:\n"
+        "    deepcontext.profile('x.dcprof', hooks=specs).start()\n"
+        "except deepcontext.DeepContextError as e:\n"
+        "    print(e)\n"
+        "from deepcontext.capture.native import core\n"
+        "print(core.hooks_installed(), fw.fw_launch(2, 1))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("hooks: libfakeaccel.so has no function fa_nope; nothing was hooked\n"
+                           "[] 1\n")
+    assert not (tmp_path / "x.dcprof").exists()
