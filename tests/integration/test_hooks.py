@@ -227,3 +227,38 @@ def test_api_refuses_a_loaded_library_without_the_function(tmp_path, libs, env):
     assert proc.stdout == ("hooks: libfakeaccel.so has no function fa_nope; nothing was hooked\n"
                            "[] 1\n")
     assert not (tmp_path / "x.dcprof").exists()
+
+
+def test_native_frames_between_the_line_and_the_hook(tmp_path, libs, env):
+    hooks = write_hooks(tmp_path, libs)
+    proc, out = record(tmp_path, "hooks_framework.py", str(libs["framework"]),
+                       options=("--hooks", str(hooks), "--context", "python,op,native"), env=env)
+    assert proc.returncode == 7, proc.stderr
+    tree = loaded(out)
+    launch_line = line_of("hooks_framework.py", "LAUNCH")
+    hooks_on_line = [n for n in tree.nodes if n.frame.kind == "hook" and n.frame.name == "fa_launch"
+                     and any(f.kind == "python" and f.line == launch_line for f in tree.path(n.id))]
+    assert sum(n.metrics["hook.count"] for n in hooks_on_line) == 5
+    for n in hooks_on_line:  # the framework function that made the call sits right above it
+        parent = tree.path(n.id)[-2]
+        assert parent.kind == "native" and parent.name == "fw_launch"
+        assert parent.file.endswith("libfakeframework.so")
+
+
+@pytest.mark.torch
+def test_hook_under_the_operator_that_made_it(tmp_path, libs, env):
+    pytest.importorskip("torch")
+    hooks = write_hooks(tmp_path, libs)
+    proc, out = record(tmp_path, "hooks_torch_op.py", str(libs["framework"]),
+                       options=("--hooks", str(hooks)), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok 4.0\n"
+    tree = loaded(out)
+    prog = "hooks_torch_op.py"
+    [hook] = [n for n in tree.nodes if n.frame.kind == "hook"]
+    assert hook.metrics["hook.count"] == 6 and hook.metrics["hook.bytes"] == 42
+    path = tree.path(hook.id)
+    kinds = [(f.kind, f.name if f.kind != "python" else f.line) for f in path]
+    op_at = kinds.index(("op", "fakeaccel::launch"))
+    assert ("python", line_of(prog, "OP")) in kinds[:op_at]
+    assert kinds[op_at + 1:] == [("python", line_of(prog, "IMPL")), ("hook", "fa_launch")]
