@@ -51,9 +51,11 @@ int64_t now_ns() {
 uint32_t hook_node(HookThread& h, uint32_t parent, uint32_t i) {
   auto& e = h.nodes[(parent * 31u + i) & 63u];
   if (e.node != 0 && e.parent == parent && e.slot == i) return e.node;
+  static const char* const kExtra[] = {"type=launch", "type=copy", "type=sync",
+                                       "type=alloc", "type=free", "type=call"};
   const Slot& s = g_slots[i];
   uint32_t node = dc::child_node(parent, static_cast<int>(Kind::Hook), s.function.c_str(),
-                                 s.extra.c_str());
+                                 kExtra[static_cast<int>(s.kind.load(std::memory_order_relaxed))]);
   e = {parent, i, node};
   return node;
 }
@@ -75,8 +77,8 @@ void record(const Call& c, int64_t elapsed) {
     std::lock_guard<std::mutex> g(t.mu);
     t.add(c.node, m_count, 1.0);
     t.add(c.node, m_time, secs);
-    if (s.bytes_arg >= 0) t.add(c.node, m_bytes, c.bytes);
-    if (s.kind == dc::hooks::HookKind::Sync) {
+    if (s.bytes_arg.load(std::memory_order_relaxed) >= 0) t.add(c.node, m_bytes, c.bytes);
+    if (s.kind.load(std::memory_order_relaxed) == dc::hooks::HookKind::Sync) {
       t.add(c.node, m_sync_wait, secs);
       t.add(c.node, m_sync_count, 1.0);
     }
@@ -85,6 +87,11 @@ void record(const Call& c, int64_t elapsed) {
 }
 
 }  // namespace
+
+const char* kind_name(HookKind k) {
+  static const char* const names[] = {"launch", "copy", "sync", "alloc", "free", "call"};
+  return names[static_cast<int>(k)];
+}
 
 void init_metrics() {
   m_count = dc::metric_id("hook.count");
@@ -115,7 +122,8 @@ extern "C" void* dc_hook_enter(uint32_t i, void** ret_slot, const dc::hooks::Sav
   h.busy = true;
   uint32_t parent = h.depth > 0 ? h.calls[h.depth - 1].node : dc::current_node();
   uint32_t node = hook_node(h, parent, i);
-  double bytes = s.bytes_arg >= 0 ? static_cast<double>(int_arg(regs, ret_slot, s.bytes_arg)) : 0;
+  const int bytes_arg = s.bytes_arg.load(std::memory_order_relaxed);
+  double bytes = bytes_arg >= 0 ? static_cast<double>(int_arg(regs, ret_slot, bytes_arg)) : 0;
   h.busy = false;
   h.calls[h.depth++] = Call{ret_slot, *ret_slot, now_ns(), 0, node, i, bytes};
   *ret_slot = static_cast<void*>(dc_hook_return);

@@ -27,7 +27,7 @@ using namespace detail;
 
 std::mutex g_mu;  // installation state below; never taken on a hooked call's path
 bool g_installed = false;
-std::unordered_map<std::string, int> g_by_name;  // active slots by function name
+std::unordered_map<std::string, std::vector<int>> g_by_name;  // active slots by function name
 std::set<std::pair<uintptr_t, std::string>> g_scanned;  // objects patched already
 unsigned long long g_unloads_seen = 0;
 
@@ -41,11 +41,6 @@ extern "C" void* dc_dlsym(void* handle, const char* name);
 uintptr_t self_base() {
   Dl_info info;
   return dladdr(reinterpret_cast<void*>(&self_base), &info) ? reinterpret_cast<uintptr_t>(info.dli_fbase) : 0;
-}
-
-const char* kind_name(HookKind k) {
-  static const char* names[] = {"launch", "copy", "sync", "alloc", "free", "call"};
-  return names[static_cast<int>(k)];
 }
 
 // The address of `function` in `library` if that library is loaded now, else null.
@@ -113,15 +108,24 @@ void patch_binding(void* ctx, const dl_phdr_info* obj, const char* symbol, void*
   }
   auto it = g_by_name.find(symbol);
   if (it == g_by_name.end()) return;
-  Slot& s = g_slots[it->second];
-  void* real = s.real.load();
-  void* stub = stub_address(it->second);
-  if (real == nullptr || cur == stub) return;
-  // A slot bound elsewhere (a same-named function of another library) is left alone; a lazy
-  // slot still pointing into its own PLT has not chosen yet and is taken by name.
-  if (cur == real || (binding == Binding::Lazy && in_object(obj, cur))) {
-    if (write_slot(obj, slot, stub)) s.bindings.fetch_add(1);
+  int lazy_pick = -1;
+  for (int i : it->second) {
+    Slot& s = g_slots[i];
+    void* real = s.real.load();
+    if (real == nullptr) continue;
+    if (cur == stub_address(i)) return;
+    if (cur == real) {
+      if (write_slot(obj, slot, stub_address(i))) s.bindings.fetch_add(1);
+      return;
+    }
+    if (lazy_pick < 0) lazy_pick = i;
   }
+  // A slot bound elsewhere (a same-named function of an undeclared library) is left alone; a
+  // lazy slot still pointing into its own PLT has not chosen yet and is taken by name (the
+  // first declaring library whose function is loaded).
+  if (lazy_pick >= 0 && binding == Binding::Lazy && in_object(obj, cur) &&
+      write_slot(obj, slot, stub_address(lazy_pick)))
+    g_slots[lazy_pick].bindings.fetch_add(1);
 }
 
 int visit_object(dl_phdr_info* obj, size_t, void* ctx) {
@@ -266,12 +270,11 @@ static std::string install_locked(const std::vector<HookSpec>& specs) {
   g_by_name.clear();
   for (size_t k = 0; k < specs.size(); ++k) {
     Slot& s = g_slots[chosen[k]];
-    s.kind = specs[k].kind;
-    s.bytes_arg = specs[k].bytes_arg;
-    s.extra = std::string("type=") + kind_name(s.kind);
+    s.kind.store(specs[k].kind);
+    s.bytes_arg.store(specs[k].bytes_arg);
     s.bindings.store(0);
     s.active.store(true);
-    g_by_name[s.function] = chosen[k];
+    g_by_name[s.function].push_back(chosen[k]);
   }
   resolve_slots();
   // The stubs' code is ours: native frames must not show it.

@@ -14,9 +14,10 @@ namespace dc::hooks::detail {
 struct Slot {
   std::atomic<void*> real{nullptr};  // the function; null until its library is loaded
   std::atomic<bool> active{false};   // declared by the running session
-  HookKind kind = HookKind::Call;
-  int bytes_arg = -1;
-  std::string library, function, extra;  // extra: the frame's "type=<kind>" attribute
+  // Set by each session's install while calls of an earlier session may still be running.
+  std::atomic<HookKind> kind{HookKind::Call};
+  std::atomic<int> bytes_arg{-1};
+  std::string library, function;  // written once, when the slot is bound
   std::atomic<int> bindings{0};
 };
 
@@ -25,5 +26,7 @@ extern std::atomic<int> g_n_slots;
 
 // hook_record.cpp: metric ids, fetched at install.
 void init_metrics();
+// "launch", "copy", ... as in the hooks file.
+const char* kind_name(HookKind k);
 
 }  // namespace dc::hooks::detail
