@@ -103,7 +103,9 @@ def run_mode(mode: Mode, step: Callable[[], None], steps: int, warmup: int, devi
     out = tmp / f"{os.getpid()}-{time.monotonic_ns()}"
     if mode.kind == "dc":
         kwargs = {} if mode.sample_interval is None else {"sample_interval": mode.sample_interval}
-        with deepcontext.profile(output=out, context=mode.context, force=True, **kwargs) as prof:
+        context, _, extras = mode.context.partition("+")  # --dc python,op,gpu+perf: CPU counters
+        kwargs["perf"] = "perf" in extras.split("+")
+        with deepcontext.profile(output=out, context=context, force=True, **kwargs) as prof:
             timed_steps(step, warmup, device, prof.step)
             times = timed_steps(step, steps, device, prof.step)
             inside = rss()

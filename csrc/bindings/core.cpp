@@ -12,6 +12,8 @@
 #include "../cct/capture.h"
 #include "../gpu/gpu.h"
 #include "../memory/memory.h"
+#include "../hooks/hooks.h"
+#include "../perf/perf_counters.h"
 #include "deepcontext/c_api.h"
 
 namespace nb = nanobind;
@@ -243,6 +245,25 @@ NB_MODULE(_core, m) {
   m.def("gpu_available", &dc::gpu_compiled);
   m.attr("c_api") = nb::capsule(&g_api, DC_API_CAPSULE);
   m.attr("API_VERSION") = DC_API_VERSION;
+
+  // -- declared hooks and CPU counters (docs/hooks.md) --
+  m.def("hooks_install", [](const std::vector<std::tuple<std::string, std::string, int, int>>& specs) {
+    std::vector<dc::hooks::HookSpec> out;
+    for (const auto& [lib, fn, kind, bytes_arg] : specs)
+      out.push_back({lib, fn, static_cast<dc::hooks::HookKind>(kind), bytes_arg});
+    return dc::hooks::install(out);
+  }, "specs"_a, "Hook (library, function, kind index, bytes_arg); '' or a one-line error.");
+  m.def("hooks_uninstall", &dc::hooks::uninstall);
+  m.def("hooks_installed", [] {
+    std::vector<std::tuple<std::string, std::string, bool, int>> out;
+    for (const auto& h : dc::hooks::installed()) out.emplace_back(h.library, h.function, h.loaded, h.bindings);
+    return out;
+  }, "(library, function, loaded, GOT slots patched) per declared hook.");
+  m.def("perf_configure", &dc::perf::configure, "on"_a, "CPU counters for threads armed next; returns a note.");
+  m.def("perf_close", [] {
+    dc::perf::close_all();
+    return dc::perf::budget_reached();
+  }, "Close every thread's counters; True if some thread went without (fd budget).");
 
   // -- native stack (tests and integration) --
   // native_backtrace, symbolize, native_callpath, native_splice, ... (native_bindings.cpp)

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../callpath/python_walk.h"
+#include "../perf/perf_counters.h"
 #include "native_context.h"
 #include "tree.h"
 
@@ -49,6 +50,7 @@ struct Sample {
   int n_new;
   int new_index[kMaxNew];  // frames[new_index[i]] is described by news[i]
   CodeInfo news[kMaxNew];
+  perf::Deltas perf;  // CPU counters since the thread's previous sample (--perf)
 };
 
 struct ThreadState {
@@ -62,6 +64,7 @@ struct ThreadState {
   std::atomic<bool> draining{false};
   timer_t timer{};
   bool has_timer = false;
+  perf::ThreadCounters perf;  // opened with the timer when --perf is on
   uint32_t thread_node = 0;  // "[thread] <name>" for threads that run no Python (0: none)
   // Set by the owner once it has unwound outside a signal handler: libunwind is dlopen'ed, so
   // its per-thread cache lives in TLS that glibc allocates (malloc) at a thread's first touch;

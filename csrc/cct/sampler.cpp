@@ -94,6 +94,7 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
       Sample& smp = s->ring[head % kRing];
       int overrun = timer_getoverrun(s->timer);
       smp.weight = 1 + (overrun > 0 ? overrun : 0);
+      perf::read_deltas(&s->perf, &smp.perf);
       int d = s->depth.load(std::memory_order_acquire);
       smp.has_op = d > 0;
       if (d > 0) {
@@ -128,6 +129,7 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
 
 void arm_timer(ThreadState* s, clockid_t clock) {
   if (s->has_timer || !g_opts.sample) return;
+  perf::open_thread(&s->perf, s->tid);
   struct sigevent sev;
   std::memset(&sev, 0, sizeof(sev));
   sev.sigev_notify = SIGEV_THREAD_ID;
@@ -175,6 +177,7 @@ void drain_locked(Tree& t, ThreadState* s) {
       node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
                       smp.op_py_node, smp.op_frame, nullptr);
     t.add(node, m_cpu_time, smp.weight * g_opts.sample_interval);
+    perf::add_deltas(t, node, smp.perf);
   }
   s->tail.store(tail, std::memory_order_release);
   s->draining.store(false);

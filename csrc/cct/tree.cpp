@@ -6,7 +6,8 @@ namespace dc {
 
 const char* kind_name(Kind k) {
   static const char* names[] = {"root", "python", "op", "native", "kernel", "memcpy",
-                                "memset", "sync", "marker", "thread", "module", "instruction"};
+                                "memset", "sync", "marker", "thread", "module", "instruction",
+                                "hook"};
   auto i = static_cast<size_t>(k);
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "marker";
 }

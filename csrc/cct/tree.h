@@ -12,7 +12,8 @@
 namespace dc {
 
 enum class Kind : uint8_t {
-  Root = 0, Python, Op, Native, Kernel, Memcpy, Memset, Sync, Marker, Thread, Module, Instruction
+  Root = 0, Python, Op, Native, Kernel, Memcpy, Memset, Sync, Marker, Thread, Module, Instruction,
+  Hook  // a declared hook's call (csrc/hooks)
 };
 const char* kind_name(Kind k);
 

@@ -29,11 +29,15 @@ __all__ = [
 
 def profile(output: str | None = None, *, context: str | Iterable[str] | None = None,
             schedule: Schedule | None = None, flush_interval: float = 10.0,
-            sample_interval: float = 0.01, force: bool = False) -> Session:
+            sample_interval: float = 0.01, force: bool = False, hooks: str | None = None,
+            perf: bool = False) -> Session:
     """A profiling session for a ``with`` block; call ``.step()`` at the end of each step.
-    In a Jupyter notebook the flame graph and findings appear under the cell when it ends."""
+    In a Jupyter notebook the flame graph and findings appear under the cell when it ends.
+
+    ``hooks``: a TOML file of runtime functions to intercept; ``perf``: CPU counters per context
+    (docs/hooks.md)."""
     session = Session(output, context=context, schedule=schedule, flush_interval=flush_interval,
-                      sample_interval=sample_interval, force=force)
+                      sample_interval=sample_interval, force=force, hooks=hooks, perf=perf)
     from . import jupyter
 
     if jupyter.in_notebook():

@@ -20,6 +20,7 @@ from .. import monitor
 from ..errors import DeepContextError
 from ..tree.profile_file import ProfileWriter
 from . import inductor
+from .hooks import HookSpec, hooks_from_config
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
@@ -110,12 +111,19 @@ class Session:
                  context: str | Iterable[str] | None = None, flush_interval: float = 10.0,
                  sample_interval: float = 0.01, schedule: Schedule | None = None,
                  force: bool = False, command: list[str] | None = None,
-                 split_ranks: bool = True) -> None:
+                 split_ranks: bool = True, hooks: str | os.PathLike[str] | Iterable[Any] | None = None,
+                 perf: bool = False) -> None:
         if flush_interval <= 0:
             raise DeepContextError("flush interval must be positive")
         if sample_interval < 0:
             raise DeepContextError("sample interval must be >= 0 (0 turns CPU sampling off)")
         self.context = parse_context(context)
+        # Declared hooks and CPU counters (docs/hooks.md): checked here, before anything runs.
+        self.hooks: tuple[HookSpec, ...] = hooks_from_config(hooks)
+        if perf and sample_interval == 0:
+            raise DeepContextError("perf counters are read at CPU-time samples; they need a "
+                                   "sample interval > 0")
+        self.perf = bool(perf)
         if output is None:
             self.output = default_output()
         else:
@@ -154,7 +162,8 @@ class Session:
         self._shown = _shown_path(self.output)  # before the program can chdir
         self._start_time = time.time()
         try:
-            monitor.init(context=self.context, sample_interval=self.sample_interval)
+            monitor.init(context=self.context, sample_interval=self.sample_interval,
+                         hooks=self.hooks, perf=self.perf)
         except BaseException:
             self._writer.close()
             self._writer = None

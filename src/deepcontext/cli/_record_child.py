@@ -13,7 +13,8 @@ def start_from_config(config_json: str) -> None:
         cfg = json.loads(config_json)
         session = Session(cfg["output"], context=cfg["context"], flush_interval=cfg["flush_interval"],
                           sample_interval=cfg["sample_interval"], force=cfg["force"],
-                          command=cfg["command"], split_ranks=False)
+                          command=cfg["command"], split_ranks=False, hooks=cfg.get("hooks") or None,
+                          perf=cfg.get("perf", False))
         session.announce = True
         session.start()
     except Exception as e:  # noqa: BLE001 - never stop the user's program from starting

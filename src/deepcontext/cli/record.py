@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..capture.hooks import check_loadable, load_hooks
 from ..capture.session import default_output, parse_context, per_rank
 from ..errors import DeepContextError
 from ..tree.profile_file import check_writable
@@ -34,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the profile every SECONDS (default 10) so a killed run keeps data")
     p.add_argument("--sample-interval", type=float, default=0.01, metavar="SECONDS",
                    help="CPU time between samples per thread (default 0.01; 0 turns sampling off)")
+    p.add_argument("--hooks", metavar="FILE", default=None,
+                   help="TOML file of runtime functions to intercept (docs/hooks.md)")
+    p.add_argument("--perf", action="store_true",
+                   help="CPU counters (page faults, context switches, ...) per context")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
 
@@ -89,6 +94,11 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # One file per rank in a multi-rank job: no two processes ever write one path.
     output = per_rank(args.output) if args.output else default_output(program_stem(command))
     check_writable(output, force=args.force)
+    hooks = load_hooks(args.hooks) if args.hooks else ()
+    if hooks:
+        check_loadable(hooks, args.hooks)
+    if args.perf and args.sample_interval == 0:
+        raise DeepContextError("--perf reads counters at CPU-time samples; it needs --sample-interval > 0")
     config = {
         "output": str(output.absolute()),
         "context": list(context),
@@ -96,6 +106,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "sample_interval": args.sample_interval,
         "force": bool(args.force),
         "command": command,
+        "hooks": [h.to_dict() for h in hooks],
+        "perf": bool(args.perf),
     }
     env = dict(os.environ)
     env["DEEPCONTEXT_RECORD"] = json.dumps(config)

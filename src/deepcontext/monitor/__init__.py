@@ -67,7 +67,8 @@ def initialized() -> bool:
     return bool(_state["init"])
 
 
-def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0.01) -> None:
+def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0.01,
+         hooks: tuple[Any, ...] = (), perf: bool = False) -> None:
     if _state["init"]:
         raise DeepContextError("the deepcontext monitor is already initialized in this process")
     core = _core()
@@ -75,6 +76,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["notes"] = []
     _state["jax"] = None  # a previous session's layer was stopped by finalize
     core.reset_metrics()
+    _start_hooks_and_perf(core, hooks, perf and sample_interval > 0)
     core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
                interval=sample_interval or 0.01, native="native" in context)
     from ..capture import threads
@@ -106,6 +108,20 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         reason = gpu.start(core)
         if reason:
             note(reason)
+
+
+def _start_hooks_and_perf(core: Any, hooks: tuple[Any, ...], perf: bool) -> None:
+    """Declared hooks (all or none) and CPU counters, before the sampler arms any timer."""
+    _state["hooks"] = bool(hooks)
+    _state["hooks_final"] = None
+    _state["perf"] = perf
+    if hooks:
+        error = core.hooks_install([h.native() for h in hooks])
+        if error:
+            _state["hooks"] = False
+            raise DeepContextError(f"hooks: {error}; nothing was hooked")
+    if perf and (reason := core.perf_configure(True)):
+        note(reason)
 
 
 def _enable_torch(torch: Any) -> None:
@@ -310,6 +326,11 @@ def metadata() -> dict[str, Any]:
     if native:
         meta["native"] = {"unwinder": native["unwinder"], "line_reader": native["line_reader"],
                           "unpaired_events": core.splice_mismatches() - native["mismatches_before"]}
+    if _state.get("hooks"):
+        meta["hooks"] = [{"library": lib, "function": fn, "loaded": loaded, "bindings": n}
+                         for lib, fn, loaded, n in _state.get("hooks_final") or core.hooks_installed()]
+    if _state.get("perf"):
+        meta["perf"] = True
     if _state.get("torch_tier"):
         meta["torch"] = _state.get("torch_version")
         meta["op_tier"] = _state["torch_tier"]
@@ -331,6 +352,11 @@ def finalize() -> None:
     if _state["memory"] is not None:
         _state["memory"].close()
         _state["memory"] = None
+    if _state.get("hooks"):
+        _state["hooks_final"] = core.hooks_installed()
+        core.hooks_uninstall()
+    if _state.get("perf") and core.perf_close():
+        note("perf counters: some threads went without (a quarter of the open-file limit is the cap)")
     from ..capture import threads
 
     threads.uninstall()

@@ -18,12 +18,14 @@ MEMCPY = "memcpy"
 MEMSET = "memset"
 SYNC = "sync"
 INSTRUCTION = "instruction"
+HOOK = "hook"  # a call of a declared runtime function (docs/hooks.md)
 THREAD = "thread"
 MARKER = "marker"
 ROOT = "root"
 
 #: Every kind a frame may have, outermost layer first.
-KINDS = (ROOT, THREAD, MARKER, PYTHON, MODULE, OP, NATIVE, KERNEL, MEMCPY, MEMSET, SYNC, INSTRUCTION)
+KINDS = (ROOT, THREAD, MARKER, PYTHON, MODULE, OP, NATIVE, KERNEL, MEMCPY, MEMSET, SYNC, INSTRUCTION,
+         HOOK)
 #: Kinds that happen on the GPU.
 GPU_KINDS = frozenset({KERNEL, MEMCPY, MEMSET, INSTRUCTION})
 

@@ -58,6 +58,16 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("mem.cudafree.time", "s", "host time in cudaFree/cuMemFree, which also waits "
                                              "for the device (gpu layer)"),
         MetricInfo("mem.cudafree.count", "count", "cudaFree/cuMemFree calls"),
+        MetricInfo("hook.count", "count", "calls of a declared runtime function (--hooks)"),
+        MetricInfo("hook.time", "s", "wall time inside a declared function, nested hooked calls excluded"),
+        MetricInfo("hook.bytes", "bytes", "bytes passed to a declared function (its bytes_arg)"),
+        MetricInfo("perf.page_faults", "count", "page faults (perf_event_open, --perf)"),
+        MetricInfo("perf.context_switches", "count", "context switches (--perf)"),
+        MetricInfo("perf.cpu_migrations", "count", "moves to another CPU (--perf)"),
+        MetricInfo("perf.cycles", "count", "CPU cycles (--perf, where the kernel has a PMU)"),
+        MetricInfo("perf.instructions", "count", "instructions retired (--perf, with a PMU)"),
+        MetricInfo("perf.cache_misses", "count", "last-level cache misses (--perf, with a PMU)"),
+        MetricInfo("perf.branch_misses", "count", "mispredicted branches (--perf, with a PMU)"),
     )
 }
 

@@ -11,7 +11,7 @@
   const KIND_COLOURS = {
     root: "#9e9e9e", thread: "#b0bec5", marker: "#ce93d8", python: "#66bb6a", module: "#26a69a",
     op: "#42a5f5", native: "#ab47bc", kernel: "#ffa726", memcpy: "#ef5350", memset: "#ec407a",
-    sync: "#8d6e63", instruction: "#ffee58",
+    sync: "#8d6e63", instruction: "#ffee58", hook: "#d4e157",
   };
   const MATCH_COLOUR = "#e040fb";
   const S = D.strings, FK = D.frames.kind, FN = D.frames.name, FF = D.frames.file, FL = D.frames.line;

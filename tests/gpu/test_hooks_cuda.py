@@ -1,0 +1,75 @@
+"""Declared hooks on the real CUDA runtime (libcudart loaded by PyTorch), without CUPTI
+(--context python,op): exact calls and bytes per line. Run: python3 -m pytest -q -m gpu tests/gpu"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deepcontext.tree import load
+
+pytestmark = pytest.mark.gpu
+
+PROGRAM = Path(__file__).parent / "programs" / "cudart_hooks.py"
+FIND_CUDART = """
+import torch
+torch.zeros(1, device="cuda")
+print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libcudart.so" in l), ""))
+"""
+
+
+def constant(name: str) -> int:
+    tree = ast.parse(PROGRAM.read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+
+
+def line_of(marker: str) -> int:
+    return next(i for i, t in enumerate(PROGRAM.read_text().splitlines(), 1)
+                if t.rstrip().endswith(f"# {marker}"))
+
+
+def test_cudart_calls_per_line(tmp_path):
+    cudart = subprocess.run([sys.executable, "-c", FIND_CUDART], capture_output=True, text=True,
+                            timeout=300).stdout.strip()
+    if not cudart:
+        pytest.skip("this PyTorch links the CUDA runtime statically (no libcudart.so mapped)")
+    hooks = tmp_path / "cuda.toml"
+    hooks.write_text(
+        f'[[hook]]\nlibrary = "{cudart}"\nfunction = "cudaLaunchKernel"\nkind = "launch"\n\n'
+        f'[[hook]]\nlibrary = "{cudart}"\nfunction = "cudaMemcpyAsync"\nkind = "copy"\nbytes_arg = 2\n\n'
+        f'[[hook]]\nlibrary = "{cudart}"\nfunction = "cudaDeviceSynchronize"\nkind = "sync"\n')
+    out = tmp_path / "cuda.dcprof"
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", "record", "-o", str(out),
+                           "--context", "python,op", "--hooks", str(hooks), "--",
+                           sys.executable, str(PROGRAM)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    n, reps = constant("N"), constant("REPS")
+    assert proc.stdout == f"sum {2 * n}\n"
+    tree = load(out)
+
+    def hooks_under(marker: str) -> dict[str, dict[str, float]]:
+        got: dict[str, dict[str, float]] = {}
+        for node in tree.nodes:
+            if node.frame.kind != "hook":
+                continue
+            lines = [f for f in tree.path(node.id) if f.kind == "python" and f.file == str(PROGRAM)]
+            if lines and lines[-1].line == line_of(marker):
+                into = got.setdefault(node.frame.name, {})
+                for k, v in node.metrics.items():
+                    into[k] = into.get(k, 0.0) + v
+        return got
+
+    assert hooks_under("MUL")["cudaLaunchKernel"]["hook.count"] == reps
+    copy = hooks_under("COPY")["cudaMemcpyAsync"]
+    assert copy["hook.count"] == 1 and copy["hook.bytes"] == 4 * n
+    sync = hooks_under("SYNC")["cudaDeviceSynchronize"]
+    assert sync["hook.count"] == 1 and sync["sync.count"] == 1 and sync["sync.wait"] > 0
+    assert {h["function"]: h["loaded"] for h in tree.metadata["hooks"]} == {
+        "cudaLaunchKernel": True, "cudaMemcpyAsync": True, "cudaDeviceSynchronize": True}
