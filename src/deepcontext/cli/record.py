@@ -118,7 +118,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 def _program_python(command: list[str]) -> str | None:
     """The interpreter the program runs on: the command itself, or a console script's shebang."""
     exe = shutil.which(command[0]) or command[0]
-    if _is_python(command[0]):
+    if is_python(command[0]):
         return exe
     try:
         with open(exe, "rb") as fh:
@@ -128,7 +128,7 @@ def _program_python(command: list[str]) -> str | None:
     parts = line[2:].decode(errors="replace").split() if line.startswith(b"#!") else []
     if parts and Path(parts[0]).name == "env" and len(parts) > 1:
         parts = [shutil.which(parts[1]) or parts[1]]
-    return parts[0] if parts and _is_python(parts[0]) else None
+    return parts[0] if parts and is_python(parts[0]) else None
 
 
 def _build_torch_hook(command: list[str], env: dict[str, str]) -> None:
