@@ -123,6 +123,35 @@ static int plausible(const void* p) {
   return (a & 7) == 0 && a >= 65536 && a < user_top;
 }
 
+/* A str's cached hash (or its address when not computed yet); `checked`: read through the probe. */
+static uint64_t str_hash(PyObject* s, int checked) {
+  Py_hash_t h = -1;
+  if (s == NULL || !plausible(s)) return 0;
+  if (checked) {
+    if (g_probe_usable) {
+      struct iovec local = {&h, sizeof(h)};
+      struct iovec remote = {&((PyASCIIObject*)s)->hash, sizeof(h)};
+      if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof(h)) return 0;
+    } else {
+      h = ((PyASCIIObject*)s)->hash;
+    }
+  } else {
+    h = ((PyASCIIObject*)s)->hash;
+  }
+  return h == -1 ? (uint64_t)(uintptr_t)s : (uint64_t)h;
+}
+
+uint64_t dc_code_fingerprint(void* code_v, int checked) {
+  PyCodeObject* code = (PyCodeObject*)code_v;
+  if (code == NULL) return 0;
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* qual = code->co_qualname;
+#else
+  PyObject* qual = code->co_name;
+#endif
+  return str_hash(qual, checked) * 0x9E3779B97F4A7C15ull ^ str_hash(code->co_filename, checked);
+}
+
 void* dc_this_thread_state(void) { return (void*)PyGILState_GetThisThreadState(); }
 
 static int walk(void* tstate_v, dc_raw_frame* out, int max, int checked);

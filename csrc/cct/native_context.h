@@ -26,7 +26,7 @@ struct NativePlace {
 // every native frame down to the event is kept (CPU samples, GPU launches). Tree lock held.
 // `leaf_is_pc`: ips[0] is an interrupted instruction (a CPU sample), not a return address; it
 // is keyed by its function so that the tree does not grow with every sampled instruction.
-NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
+NativePlace place_top_level(TreeWriter& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
                             int n_py, const PythonFrameFn& py_frame, const char* op_name,
                             bool leaf_is_pc = false);
 
@@ -35,16 +35,17 @@ NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_r
 // `outer_node`. A sample whose unwind stopped before reaching the operator (JIT-generated or
 // hand-written assembly kernels without unwind tables) gets a "<native unwind incomplete>"
 // marker and its leaf function under the operator. Tree lock held.
-NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
+NativePlace place_nested(TreeWriter& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
                          int n_ips, const char* op_name, bool leaf_is_pc = false);
 
 // A thread that runs no Python and no operator (an OpenMP/intra-op worker): its native frames,
 // outermost first, under `base` (its "[thread] <name>" node). Tree lock held.
-uint32_t place_native_only(Tree& t, uint32_t base, const uintptr_t* ips, int n_ips,
+uint32_t place_native_only(TreeWriter& t, uint32_t base, const uintptr_t* ips, int n_ips,
                            bool leaf_is_pc);
 
-// Symbolizes native frames added since the last call (tree lock held; off the hot path).
-void describe_native_frames(Tree& t);
+// Looks up, outside the tree lock, the symbols that placing `ips` will need (symbolizing reads
+// files: never under the lock every event path takes). Call before taking a TreeWriter.
+void native_warm_symbols(const uintptr_t* ips, int n_ips, bool leaf_is_pc);
 
 // Events whose stacks could not be spliced (they fell back to the Python-only path).
 uint64_t splice_mismatches();
