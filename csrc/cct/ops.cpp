@@ -237,15 +237,15 @@ void op_exit(uint64_t handle, int seq_consumed) {
   int d = s->depth.load(std::memory_order_relaxed);
   if (d == 0) return;
   OpEntry e;
+  int at = d - 1;  // where the closed entry was; its parent (at - 1) had its time inside
   if (s->ops[d - 1].handle == handle) {
     e = s->ops[d - 1];
     s->depth.store(d - 1, std::memory_order_release);
-  } else if (remove_from_middle(s, d, handle, &e) < 0) {
+  } else if ((at = remove_from_middle(s, d, handle, &e)) < 0) {
     return;  // not ours (entered before capture, or while paused)
   }
   int64_t elapsed = now_ns() - e.t0_ns;
-  int nd = s->depth.load(std::memory_order_relaxed);
-  if (nd >= 1 && s->ops[nd - 1].epoch == e.epoch) s->ops[nd - 1].child_ns += elapsed;
+  if (at >= 1 && s->ops[at - 1].epoch == e.epoch) s->ops[at - 1].child_ns += elapsed;
   // Entered in an earlier session (or recording paused since): charged nothing.
   if (!g_enabled.load(std::memory_order_relaxed) || e.epoch != g_epoch.load(std::memory_order_relaxed))
     return;

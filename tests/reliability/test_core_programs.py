@@ -53,8 +53,8 @@ x = torch.ones(32, 32)
 def short():
     for _ in range(3):
         torch.mm(x, x)
-for wave in range(10):
-    ts = [threading.Thread(target=short) for _ in range(20)]
+for wave in range(6):
+    ts = [threading.Thread(target=short) for _ in range(10)]
     for t in ts:
         t.start()
     for t in ts:
@@ -70,17 +70,17 @@ def _runs_to_the_end(tmp_path, source, context, timeout=120):
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True
 
 
-@pytest.mark.parametrize("context", COMBINATIONS)
+@pytest.mark.parametrize("context", COMBINATIONS, ids=lambda c: f"context={c}")
 def test_jax_training_step_runs_to_its_end(tmp_path, context):
     pytest.importorskip("jax")
     _runs_to_the_end(tmp_path, JAX_PROGRAM, context)
 
 
-@pytest.mark.parametrize("context", COMBINATIONS)
+@pytest.mark.parametrize("context", COMBINATIONS, ids=lambda c: f"context={c}")
 def test_numpy_blas_with_its_own_pool_runs_to_its_end(tmp_path, context):
     _runs_to_the_end(tmp_path, BLAS_PROGRAM, context)
 
 
-@pytest.mark.parametrize("context", COMBINATIONS)
+@pytest.mark.parametrize("context", COMBINATIONS, ids=lambda c: f"context={c}")
 def test_threads_that_come_and_go_run_to_their_end(tmp_path, context):
     _runs_to_the_end(tmp_path, CHURN_PROGRAM, context)
