@@ -151,6 +151,41 @@ struct ThreadExit {
 };
 thread_local ThreadExit t_exit;
 
+// fork(): only the forking thread lives on in the child, so the registry's lock must not be held
+// by another thread across it, and the parent's states (other tids) mean nothing there.
+// The locks are taken in their one global order: drain, registry, tree.
+void before_fork() {
+  g_drain_mu.lock();
+  g_mu.lock();
+  tree().fork_prepare();
+}
+void after_fork_parent() {
+  tree().fork_release();
+  g_mu.unlock();
+  g_drain_mu.unlock();
+}
+void after_fork_child() {
+  tree().fork_release();
+  for (ThreadState* s : g_all) {
+    if (s->phase.load() == Phase::Free) continue;
+    if (std::atomic<ThreadState*>* sl = slot(s->tid, false)) sl->store(nullptr);
+    s->has_timer = false;  // timers are not inherited
+    s->head.store(0);
+    s->tail.store(0);
+    s->tid = 0;
+    s->phase.store(Phase::Free);
+    g_free.push_back(s);
+  }
+  g_armed = false;
+  t_state = nullptr;
+  g_mu.unlock();
+  g_drain_mu.unlock();
+}
+struct ForkHooks {
+  ForkHooks() { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
+};
+ForkHooks g_fork_hooks;  // trivially destructible: nothing runs at exit
+
 }  // namespace
 
 pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }

@@ -97,6 +97,9 @@ class Tree {
   // the active cycles before it are kept.
   void checkpoint_metrics();
   void rollback_metrics();
+  // fork(): the registry's fork hooks hold the lock across it (registry.cpp).
+  void fork_prepare() { mu_.lock(); }
+  void fork_release() { mu_.unlock(); }
 
  private:
   friend class TreeWriter;
