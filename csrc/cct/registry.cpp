@@ -206,7 +206,9 @@ ThreadState* self() {
   {
     std::unique_lock<std::mutex> g(g_mu);
     s = lookup(tid);
-    if (s != nullptr && s->exited.load()) {  // an exited thread's id, reused by this thread
+    // A state registered for this id by someone else may belong to an earlier thread that had
+    // the same id (exited, or gone before the reaper's next pass): the start time tells.
+    if (s != nullptr && (s->exited.load() || s->start_ticks != start_ticks(tid))) {
       reap_locked(g, s);
       s = nullptr;
     }

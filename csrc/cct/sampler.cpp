@@ -86,7 +86,9 @@ bool pool_text(Sample& smp, const dc_raw_frame& f, Sample::New* out) {
   char* name = file + half;
   out->line = dc_describe_code_checked(f.code, f.offset, file, half, name, room - half);
   int fl = static_cast<int>(std::strlen(file)), nl = static_cast<int>(std::strlen(name));
-  if (fl >= half - 1 || nl >= room - half - 1) return false;  // may have been cut: retry later
+  // Possibly cut: describe it in a later sample with the whole pool, unless this is one (then
+  // it is longer than 4 KB, and an exact prefix is what is kept).
+  if ((fl >= half - 1 || nl >= room - half - 1) && smp.text_used > 0) return false;
   std::memmove(file + fl + 1, name, static_cast<size_t>(nl) + 1);
   out->file = static_cast<uint16_t>(smp.text_used);
   out->name = static_cast<uint16_t>(smp.text_used + fl + 1);
