@@ -6,15 +6,20 @@ from __future__ import annotations
 from reliability_harness import profile_meta, record, run_python
 
 SHORT_LIVED_OPS = '''
-import threading
+import threading, time
 import torch
 x = torch.ones(64, 64)
 def short():
     torch.mm(x, x)
-for i in range(200):
-    t = threading.Thread(target=short)
-    t.start()
-    t.join()
+    end = time.thread_time() + 0.005  # Python time after the op: samples with native frames
+    while time.thread_time() < end:   # are still in the ring when the thread exits
+        pass
+for wave in range(20):
+    ts = [threading.Thread(target=short) for _ in range(10)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
 print("finished")
 '''
 
@@ -23,7 +28,7 @@ def test_short_lived_threads_running_ops_with_native_frames_exit_cleanly(tmp_pat
     # On the old core each exit folded the thread's samples from its TLS destructor, splicing
     # with an already destroyed thread_local scratch: 3 of 3 runs segfaulted.
     r = record(tmp_path, SHORT_LIVED_OPS, extra_args=["--context", "python,op,native"],
-               timeout=180)
+               sample=0.0005, timeout=180)
     assert r.rc == 0, r.describe()
     assert r.out.strip() == "finished", r.describe()
     assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True
