@@ -36,8 +36,6 @@ std::mutex& g_drain_mu = *new std::mutex();  // one drain at a time (drains, rea
 bool g_armed = false;                        // capture started with the sampler on
 std::atomic<uint64_t> g_refused{0};
 
-thread_local ThreadState* t_state = nullptr;
-
 std::atomic<ThreadState*>* slot(pid_t tid, bool make) {
   auto t = static_cast<unsigned>(tid);
   if (tid <= 0 || t >= (1u << kTidBits)) return nullptr;
@@ -195,9 +193,9 @@ ThreadState* lookup(pid_t tid) {
   return sl ? sl->load(std::memory_order_acquire) : nullptr;
 }
 
-ThreadState* current() { return t_state; }
+__thread ThreadState* t_state = nullptr;
 
-ThreadState* self() {
+ThreadState* register_self() {
   if (ThreadState* s = t_state) return s;
   pid_t tid = gettid_();
   clockid_t clock;

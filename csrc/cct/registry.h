@@ -24,11 +24,19 @@ namespace dc::registry {
 // The state of thread `tid`, or null. Lock-free and async-signal-safe (the SIGPROF handler).
 ThreadState* lookup(pid_t tid);
 
+// The calling thread's state, once it has one (`__thread`: a plain pointer, no TLS wrapper call
+// on the operator hot path).
+extern __thread ThreadState* t_state;
+
 // The calling thread's state (Signaled), registered, and armed while capture runs, on first use.
-ThreadState* self();
+ThreadState* register_self();
+inline ThreadState* self() {
+  ThreadState* s = t_state;
+  return s != nullptr ? s : register_self();
+}
 
 // The calling thread's state if it has one, else null (never registers).
-ThreadState* current();
+inline ThreadState* current() { return t_state; }
 
 // A thread that runs Python, seen from another thread (Python's or the interpreter's list):
 // Signaled, with the CPU clock of its pthread.
