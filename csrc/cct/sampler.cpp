@@ -71,6 +71,8 @@ bool may_unwind(ThreadState* s, const void* uctx) {
   uintptr_t pc = uctx ? interrupted_pc(uctx) : 0;
   return pc != 0 && g_alloc_hi > g_alloc_lo && (pc < g_alloc_lo || pc >= g_alloc_hi);
 }
+
+// Extra per-sample counters (set_sample_counters in capture.h).
 SampleCounterFn g_counter_fn = nullptr;
 uint32_t g_counter_metrics[kMaxSampleCounters];
 std::atomic<int> g_n_counters{0};

@@ -61,7 +61,7 @@ struct Sample {
   char text[kSampleText];
   // Extra counters read at the sample point (e.g. CPU perf counters): deltas since the
   // thread's previous sample, charged as metric `counter_metric[i]` by the drain. The handler
-  // fills them through the sampler's counter hook (sampler.h); 0 counters by default.
+  // fills them through set_sample_counters' reader (capture.h); none by default.
   int n_counters;
   uint64_t counters[kMaxSampleCounters];
 };
