@@ -9,10 +9,14 @@
 
 #include "../callpath/native_bindings.h"
 #include "../callpath/python_walk.h"
+#include "../callpath/native_stack.h"
 #include "../cct/capture.h"
+#include "../cct/native_context.h"
+#include "../cct/thread_state.h"
+#include "../cct/tree.h"
 #include "../gpu/gpu.h"
-#include "../memory/memory.h"
 #include "../hooks/hooks.h"
+#include "../memory/memory.h"
 #include "../perf/perf_counters.h"
 #include "deepcontext/c_api.h"
 
@@ -42,6 +46,7 @@ void api_op_enter(const char* n, uint64_t h, int64_t s, uint64_t r, uint64_t f, 
   dc::op_enter(n, h, s, r, f, b != 0);
 }
 void api_note(const char* text) { dc::add_note(text ? text : ""); }
+
 int api_mem_active() { return dc::memory::active() ? 1 : 0; }
 int api_mem_device(const char* name, int totals) {
   return dc::memory::device_slot(name ? name : "?", totals != 0);
@@ -55,33 +60,34 @@ using NodeRow = std::tuple<uint32_t, uint32_t>;
 using FrameRow = std::tuple<std::string, std::string, std::string, int, std::string>;
 using MetricRow = std::tuple<uint32_t, uint32_t, double>;
 
-// Everything the Python side needs to rebuild the tree, copied under the lock.
+// Everything the Python side needs to rebuild the tree (buffered samples folded in first).
 std::tuple<std::vector<NodeRow>, std::vector<FrameRow>, std::vector<std::string>,
            std::vector<MetricRow>>
 snapshot() {
-  std::vector<NodeRow> nodes;
+  dc::drain_samples();
+  dc::Snapshot snap = dc::tree().snapshot();
   std::vector<FrameRow> frames;
-  std::vector<MetricRow> metrics;
-  std::vector<std::string> names;
+  frames.reserve(snap.frames.size());
+  for (auto& f : snap.frames)
+    frames.emplace_back(dc::kind_name(f.kind), std::move(f.name), std::move(f.file), f.line,
+                        std::move(f.extra));
+  std::vector<NodeRow> nodes;
+  nodes.reserve(snap.nodes.size());
+  for (const auto& n : snap.nodes) nodes.emplace_back(n.first, n.second);
+  dc::memory::export_metrics(snap.metrics);
+  return {std::move(nodes), std::move(frames), std::move(snap.metric_names), std::move(snap.metrics)};
+}
+
+std::vector<FrameRow> path_frames(uint32_t node) {
+  dc::tree().describe_native_frames();
+  std::vector<dc::SnapshotFrame> path;
   {
-    dc::Tree& t = dc::tree();
-    std::lock_guard<std::mutex> g(dc::tree().mu);
-    dc::drain_all_locked();
-    dc::describe_native_frames(t);
-    nodes.reserve(t.nodes.size());
-    for (size_t i = 0; i < t.nodes.size(); ++i) {
-      const auto& n = t.nodes[i];
-      nodes.emplace_back(n.parent, n.frame);
-      for (size_t m = 0; m < n.metrics.size(); ++m)
-        if (n.metrics[m] != 0.0) metrics.emplace_back(static_cast<uint32_t>(i), m, n.metrics[m]);
-    }
-    dc::memory::export_metrics(metrics);
-    frames.reserve(t.frames.size());
-    for (const auto& f : t.frames)
-      frames.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);
-    names = t.metric_names;
+    dc::TreeWriter t(dc::tree());
+    path = t.path(node);
   }
-  return {std::move(nodes), std::move(frames), std::move(names), std::move(metrics)};
+  std::vector<FrameRow> out;
+  for (auto& f : path) out.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);
+  return out;
 }
 
 }  // namespace
@@ -123,10 +129,10 @@ NB_MODULE(_core, m) {
     return out;
   }, "The memory layer's own memory: live-table entries and bytes, per-context bytes.");
   m.def("memory_devices", &dc::memory::device_names);
-  m.def("resolve", [] {
-    std::lock_guard<std::mutex> g(dc::tree().mu);
-    dc::drain_all_locked();
-  }, "Fold buffered CPU samples into the tree.");
+  m.def("checkpoint_metrics", &dc::checkpoint_metrics, "Save every metric (a warm-up begins).");
+  m.def("rollback_metrics", &dc::rollback_metrics,
+        "Restore the metrics saved by checkpoint_metrics (a warm-up ends).");
+  m.def("resolve", &dc::drain_samples, "Fold buffered CPU samples into the tree.");
   m.def("register_thread", &dc::register_current_thread,
         "Register the calling thread with the sampler.");
   m.def("register_other_thread", [](unsigned long ident, long native_id) {
@@ -139,13 +145,13 @@ NB_MODULE(_core, m) {
     for (PyThreadState* ts = PyInterpreterState_ThreadHead(interp); ts != nullptr;
          ts = PyThreadState_Next(ts)) {
       auto tid = static_cast<long>(ts->native_thread_id);
-      if (tid != skip_native_id) dc::register_thread_if_new(ts->thread_id, static_cast<pid_t>(tid));
+      if (tid != skip_native_id) dc::register_thread(ts->thread_id, static_cast<pid_t>(tid));
     }
 #endif
-  }, "skip_native_id"_a, "Sample every thread the interpreter knows (3.11+), but one.");
-  m.def("register_native_thread", [](long tid, const std::string& name) {
-    dc::register_native_thread(static_cast<pid_t>(tid), name);
-  }, "tid"_a, "name"_a, "Sample a thread that runs no Python, under [thread] <name>.");
+  }, "skip_native_id"_a,
+     "Sample every thread the interpreter knows (3.11+), but one.");
+  m.def("ignore_thread", [](long tid) { dc::ignore_thread(static_cast<pid_t>(tid)); }, "tid"_a,
+        "Never measure this thread (the profiler's own).");
   m.def("op_enter", [](const std::string& name, int64_t seq_nr, bool is_backward, uint64_t fwd_tid,
                        uint64_t rf_tid) {
         uint64_t h = g_py_handles.fetch_add(1);
@@ -155,7 +161,7 @@ NB_MODULE(_core, m) {
   m.def("op_exit", [](uint64_t handle) { dc::op_exit(handle, -1); }, "handle"_a);
   m.def("scope_enter", [](const std::string& name, const std::string& extra, int skip_py) {
         uint64_t h = g_py_handles.fetch_add(1);
-        dc::scope_enter(dc::Kind::Module, name.c_str(), extra.c_str(), h, skip_py);
+        dc::scope_enter(DC_KIND_MODULE, name.c_str(), extra.c_str(), h, skip_py);
         return h;
       }, "name"_a, "extra"_a = "", "skip_py"_a = 0,
       "Open a module scope (closed by op_exit) that later ops and samples nest under.");
@@ -172,23 +178,7 @@ NB_MODULE(_core, m) {
   m.def("splice_mismatches", &dc::splice_mismatches,
         "Events whose native and Python stacks could not be paired (Python-only path used).");
   m.def("snapshot", &snapshot);
-  m.def("path_frames", [](uint32_t node) {
-    std::vector<FrameRow> out;
-    dc::Tree& t = dc::tree();
-    std::lock_guard<std::mutex> g(dc::tree().mu);
-    dc::describe_native_frames(t);
-    while (node > 0 && node < t.nodes.size()) {
-      const auto& f = t.frames[t.nodes[node].frame];
-      out.emplace_back(dc::kind_name(f.kind), f.name, f.file, f.line, f.extra);
-      node = t.nodes[node].parent;
-    }
-    std::reverse(out.begin(), out.end());
-    return out;
-  }, "node"_a, "Frames from the root to a node, outermost first.");
-  m.def("walk_depth", [] {
-    dc_raw_frame buf[dc::kMaxPyDepth];
-    return dc_walk_python(dc_this_thread_state(), buf, dc::kMaxPyDepth);
-  }, "Number of Python frames the native walk sees on this thread (for tests).");
+  m.def("path_frames", &path_frames, "node"_a, "Frames from the root to a node, outermost first.");
   m.def("set_op_observer", [](nb::object cb) {
     if (cb.is_none()) {
       dc::set_op_observer(nullptr);
@@ -243,6 +233,14 @@ NB_MODULE(_core, m) {
     return out;
   }, "GPU capture counters and per-device totals (with device name, SMs, memory).");
   m.def("gpu_available", &dc::gpu_compiled);
+  m.def("native_info", [] {
+    nb::dict d;
+    d["unwinder"] = dc::native::unwinder_name();
+    d["line_reader"] = dc::native::line_reader_name();
+    return d;
+  }, "Which unwinder and line reader this process uses.");
+  m.def("native_add_self_object", &dc::native::add_self_object, "address"_a,
+        "Hide the frames of the object (shared library) that maps `address`, e.g. the torch hook.");
   m.attr("c_api") = nb::capsule(&g_api, DC_API_CAPSULE);
   m.attr("API_VERSION") = DC_API_VERSION;
 
@@ -265,7 +263,14 @@ NB_MODULE(_core, m) {
     return dc::perf::budget_reached();
   }, "Close every thread's counters; True if some thread went without (fd budget).");
 
-  // -- native stack (tests and integration) --
-  // native_backtrace, symbolize, native_callpath, native_splice, ... (native_bindings.cpp)
-  dc::native::bind(m);
+  // Test and benchmark entry points live apart from the production API: `_core.testing`
+  // (native stack pieces, the frame walk, registry counters; csrc/callpath/native_bindings.cpp).
+  nb::module_ testing = m.def_submodule("testing", "Entry points for tests and benchmarks only.");
+  dc::native::bind_testing(testing);
+  testing.def("walk_depth", [] {
+    dc_raw_frame buf[dc::kMaxPyDepth];
+    return dc_walk_python(dc_this_thread_state(), buf, dc::kMaxPyDepth);
+  }, "Number of Python frames the native walk sees on this thread.");
+  testing.def("live_thread_states", &dc::live_thread_states,
+              "Thread states the registry holds now (not yet reaped).");
 }

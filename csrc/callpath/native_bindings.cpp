@@ -1,5 +1,5 @@
-// Python face of the native-stack pieces (tests, benchmarks and integration checks); registered
-// from the "native stack" section at the end of csrc/bindings/core.cpp.
+// Test and benchmark face of the native-stack pieces, the `_core.testing` submodule registered
+// at the end of csrc/bindings/core.cpp; the production API does not expose these.
 #include "native_bindings.h"
 
 #include <nanobind/nanobind.h>
@@ -88,7 +88,7 @@ nb::dict bench(int iterations, bool use_libunwind) {
 
 }  // namespace
 
-void bind(nb::module_& m) {
+void bind_testing(nb::module_& m) {
   m.def("native_backtrace", [](int max, int skip) {
     std::vector<uintptr_t> ips(static_cast<size_t>(std::max(0, std::min(max, kMaxFrames))));
     ips.resize(static_cast<size_t>(backtrace(ips.data(), static_cast<int>(ips.size()), skip)));
@@ -136,15 +136,7 @@ void bind(nb::module_& m) {
     return nb::str(op.c_str());
   }, "name"_a, "The <op> of an 'at::_ops::<op>::call(...)' name, else None.");
   m.def("native_op_name_matches", &op_name_matches, "op_struct"_a, "recorded"_a);
-  m.def("native_info", [] {
-    nb::dict d;
-    d["unwinder"] = unwinder_name();
-    d["line_reader"] = line_reader_name();
-    return d;
-  }, "Which unwinder and line reader this process uses.");
   m.def("native_flush_caches", &flush_caches);
-  m.def("native_add_self_object", &add_self_object, "address"_a,
-        "Hide the frames of the object (shared library) that maps `address`, e.g. the torch hook.");
   m.def("native_bench", &bench, "iterations"_a = 100000, "use_libunwind"_a = true,
         "Per-call ns of backtrace, Python walk and splice from the caller's stack.");
 }

@@ -1,4 +1,4 @@
-// Registers the native-stack functions on the _core module (native_bindings.cpp).
+// Registers the native-stack test entry points on `_core.testing` (native_bindings.cpp).
 #pragma once
 
 namespace nanobind {
@@ -6,5 +6,5 @@ class module_;
 }
 
 namespace dc::native {
-void bind(nanobind::module_& m);
+void bind_testing(nanobind::module_& m);
 }

@@ -152,18 +152,6 @@ struct Block {
   int inner, outer;  // py indices, innermost first: py[inner..outer], py[outer] the entry frame
 };
 
-struct Scratch {
-  std::vector<uint8_t> cls;
-  std::vector<int> evals;
-  std::vector<Block> blocks;
-  std::vector<int> block_of;
-};
-
-Scratch& tls_scratch() {
-  thread_local Scratch s;
-  return s;
-}
-
 void emit_block(std::vector<SpliceItem>* out, const Block& b) {
   for (int i = b.outer; i >= b.inner; --i) out->push_back({true, i, 0});
 }
@@ -186,37 +174,37 @@ std::vector<SpliceItem> splice(const uintptr_t* ips, int n_ips, const dc_raw_fra
     return finish(SpliceStatus::kMismatch);
   };
 
-  // Per-thread scratch, fetched once (every thread_local access in a shared object is a call).
-  Scratch& scratch = tls_scratch();
-  auto& cls = scratch.cls;
-  auto& evals = scratch.evals;  // positions in ips of eval frames, innermost first
-  auto& blocks = scratch.blocks;  // innermost first
-  auto& block_of = scratch.block_of;  // block_of[e]: the block eval frame e runs, -1 for none
-  cls.resize(static_cast<size_t>(std::max(0, n_ips)));
-  evals.clear();
+  // Scratch on the stack (about 5 KB): no thread_local object, which a thread's exit destroys
+  // while later TLS destructors (torch's) may still run operators that splice.
+  n_ips = std::min(n_ips, kMaxFrames);
+  n_py = std::min(n_py, kMaxFrames);
+  uint8_t cls[kMaxFrames];
+  int evals[kMaxFrames];  // positions in ips of eval frames, innermost first
+  Block blocks[kMaxFrames];  // innermost first
+  int block_of[kMaxFrames];  // block_of[e]: the block eval frame e runs, -1 for none
+  int m = 0;
   for (int i = 0; i < n_ips; ++i) {
     cls[i] = classify(ips[i]);
-    if (cls[i] == kEval) evals.push_back(i);
+    if (cls[i] == kEval) evals[m++] = i;
   }
   if (n_py <= 0) {
     // Eval frames without any Python frame: the walk was cut by a half-linked chain (a sample
     // during a frame push). One eval frame may be the thread's first call being entered.
-    if (evals.size() > 1) return python_only();
+    if (m > 1) return python_only();
     for (int i = n_ips - 1; i >= 0; --i)
       if (cls[i] == kOther || cls[i] == kKeep) out.push_back({false, 0, ips[i]});
     return finish(SpliceStatus::kNoPython);
   }
 
-  blocks.clear();
+  int k = 0;
   for (int i = 0, start = 0; i < n_py; ++i)
     if (py[i].entry || i == n_py - 1) {
-      blocks.push_back({start, i});
+      blocks[k++] = {start, i};
       start = i + 1;
     }
-  const int m = static_cast<int>(evals.size()), k = static_cast<int>(blocks.size());
   if (m == 0) return python_only();
 
-  block_of.assign(static_cast<size_t>(m), -1);
+  for (int e = 0; e < m; ++e) block_of[e] = -1;
   int outer_blocks_from = k;  // blocks [from, k) precede every native frame (native cut short)
   if (opts.native_truncated || opts.python_truncated) {
     // The missing frames are at the outer end, so pair from the innermost.

@@ -25,10 +25,14 @@ namespace {
 
 // ---- loaded objects ------------------------------------------------------------------------
 
-std::mutex g_mod_mu;
-std::vector<ModuleInfo> g_modules;
+// Every cache here is process-lifetime and never destroyed: exit() runs static destructors
+// while other threads (CUPTI's, the program's) may still symbolize, and a destroyed map there
+// is a double free.
+std::mutex& g_mod_mu = *new std::mutex();
+std::vector<ModuleInfo>& g_modules = *new std::vector<ModuleInfo>();
 unsigned long long g_mod_generation = ~0ULL;  // dlpi_adds + dlpi_subs when g_modules was built
-std::map<std::string, std::unique_ptr<ElfSymbols>> g_elf;  // by path; nullptr: unreadable
+// By path; nullptr: unreadable.
+auto& g_elf = *new std::map<std::string, std::unique_ptr<ElfSymbols>>();
 
 std::string self_exe() {
   char buf[4096];
@@ -108,7 +112,7 @@ struct Libdw {
   bool tried = false;
 };
 
-Libdw g_dw;  // guarded by g_sym_mu
+Libdw& g_dw = *new Libdw();  // guarded by g_sym_mu
 
 template <typename F>
 bool bind(void* h, const char* name, F* out) {
@@ -191,8 +195,8 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::mutex g_sym_mu;
-std::unordered_map<uintptr_t, Symbol> g_symbols;  // by lookup address
+std::mutex& g_sym_mu = *new std::mutex();
+auto& g_symbols = *new std::unordered_map<uintptr_t, Symbol>();  // by lookup address
 
 Symbol resolve(uintptr_t lookup, uintptr_t raw) {
   Symbol s;

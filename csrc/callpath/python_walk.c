@@ -123,6 +123,35 @@ static int plausible(const void* p) {
   return (a & 7) == 0 && a >= 65536 && a < user_top;
 }
 
+/* A str's identity by content: its cached hash, or when not computed yet (names made at run
+ * time are not interned) an FNV-1a hash of its first 256 bytes. `checked`: probed first. */
+static uint64_t str_hash(PyObject* s, int checked) {
+  if (s == NULL || !plausible(s)) return 0;
+  if (checked && !readable(s, sizeof(PyASCIIObject))) return 0;
+  Py_hash_t h = ((PyASCIIObject*)s)->hash;
+  if (h != -1) return (uint64_t)h;
+  if (!PyUnicode_Check(s) || (checked && !readable_str(s))) return (uint64_t)(uintptr_t)s;
+#if PY_VERSION_HEX < 0x030C0000
+  if (!PyUnicode_IS_READY(s)) return (uint64_t)(uintptr_t)s;
+#endif
+  const unsigned char* data = (const unsigned char*)PyUnicode_DATA(s);
+  size_t n = (size_t)PyUnicode_GET_LENGTH(s) * (size_t)PyUnicode_KIND(s);
+  uint64_t f = 0xcbf29ce484222325ull ^ n;
+  for (size_t i = 0; i < n && i < 256; ++i) f = (f ^ data[i]) * 0x100000001b3ull;
+  return f;
+}
+
+uint64_t dc_code_fingerprint(void* code_v, int checked) {
+  PyCodeObject* code = (PyCodeObject*)code_v;
+  if (code == NULL) return 0;
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* qual = code->co_qualname;
+#else
+  PyObject* qual = code->co_name;
+#endif
+  return str_hash(qual, checked) * 0x9E3779B97F4A7C15ull ^ str_hash(code->co_filename, checked);
+}
+
 void* dc_this_thread_state(void) { return (void*)PyGILState_GetThisThreadState(); }
 
 static int walk(void* tstate_v, dc_raw_frame* out, int max, int checked);

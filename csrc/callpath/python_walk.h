@@ -37,6 +37,14 @@ int dc_walk_python_checked(void* tstate, dc_raw_frame* out, int max);
 int dc_describe_code_checked(void* code, int32_t offset, char* file, int file_cap, char* name,
                              int name_cap);
 
+// Longest file name or qualified name kept for a frame (longer ones are cut with no error).
+#define DC_MAX_CODE_TEXT 8192
+
+// What tells two code objects at one address apart once the first is freed: the cached hashes of
+// its filename and qualified name (the objects' addresses are recycled too). `checked`: read
+// through the probe (signal handler). Pure reads.
+uint64_t dc_code_fingerprint(void* code, int checked);
+
 // The calling thread's PyThreadState, or NULL (no GIL needed).
 void* dc_this_thread_state(void);
 

@@ -1,57 +1,70 @@
-// Shared by the capture translation units (threads, sampler, context, capture); not an API.
+// Shared by the capture translation units (registry, sampler, context, ops, capture); not an API.
 #pragma once
 #include <sys/types.h>
 #include <time.h>
 
 #include <atomic>
-#include <mutex>
-#include <vector>
 
 #include "capture.h"
+#include "thread_state.h"
+#include "tree.h"
 
 namespace dc::detail {
 
+// Capture state. `g_started`: between start() and stop() (timers exist, threads are registered
+// and armed). `g_enabled`: started and not paused (events are recorded). `g_epoch`: bumped at
+// every start(); every event source compares the epoch it saw with it.
+extern std::atomic<bool> g_started;
 extern std::atomic<bool> g_enabled;
+extern std::atomic<uint32_t> g_epoch;
 extern Options g_opts;
-extern uint32_t m_cpu_time, m_op_time, m_op_count;
+extern uint32_t m_cpu_time, m_op_time, m_op_count, m_op_first_time, m_autograd_nodes;
 int64_t now_ns();
 
-// threads.cpp: the registry of per-thread states, keyed by kernel thread id.
-extern thread_local ThreadState* t_state;
-pid_t gettid_();
-ThreadState* lookup(pid_t tid);  // lock-free: the signal handler uses it
-ThreadState* get_or_make(pid_t tid);
-ThreadState* this_thread();      // the calling thread's state, registered (and timed) on first use
-std::mutex& registry_mu();
-std::vector<ThreadState*>& all_threads();  // every state ever made; registry_mu() held
+// The thread that most recently entered an operator (its open op is where Polled workers'
+// time goes: docs/design.md, "Worker threads").
+extern std::atomic<ThreadState*> g_dispatcher;
 
-// sampler.cpp: per-thread CPU-time timers and their signal handler.
+// sampler.cpp: per-thread CPU-time timers, their signal handler, and the drain.
 extern bool g_native_in_handler;
-void arm_timer(ThreadState* s, clockid_t clock);
+bool create_timer(ThreadState* s);  // registry lock held
+void delete_timer(ThreadState* s);  // registry lock held
 void install_handler();
-void drain_locked(Tree& t, ThreadState* s);  // folds s's buffered samples in (tree lock held)
+// Folds s's buffered samples into the tree (the registry's drain lock held; never from a
+// handler or a TLS destructor). Symbols are looked up before the tree lock is taken.
+void drain(ThreadState* s);
+// "[thread] <name>" under the root.
+uint32_t thread_node(const char* name);
+
+// sampler_thread.cpp: the native sampler thread (drains, polls workers, scans, reaps).
+void start_sampler_thread();
+void stop_sampler_thread();
 
 // context.cpp: where an event is, as a tree node.
 // Where frame descriptions come from: the live stack (op path) or a sample's copies (drain).
 struct Describer {
   const Sample* sample = nullptr;  // null: the frames are live on this thread
-  uint32_t frame(Tree& t, const dc_raw_frame* buf, int i) const {
+  uint32_t frame(TreeWriter& t, const dc_raw_frame* buf, int i) const {
     if (sample == nullptr) return t.python_frame(buf[i], true);
-    const CodeInfo* info = nullptr;
-    for (int j = 0; j < sample->n_new; ++j)
-      if (sample->new_index[j] == i) info = &sample->news[j];
-    return t.python_frame(buf[i], false, info);
+    for (int j = 0; j < sample->n_new; ++j) {
+      if (sample->new_index[j] != i) continue;
+      const Sample::New& nw = sample->news[j];
+      CodeText text{sample->text + nw.file, sample->text + nw.name, nw.line};
+      return t.python_frame(buf[i], false, &text, sample->keys[i]);
+    }
+    return t.python_frame(buf[i], false, nullptr, sample->keys[i]);
   }
 };
 // The context node for Python frames `buf` (innermost first), under the innermost open op when
 // `has_op`. Sets *py_node to the innermost Python node of that context. `cache`: the owner's
 // prefix cache, or null.
-uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
-                  bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
+uint32_t node_for(TreeWriter& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf,
+                  int n, bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
                   uint32_t* py_node);
 // The context with native frames spliced in; false when that does not apply (no native stack,
-// stacks that cannot be paired, or Python frames newer than the open operator).
-bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
+// stacks that cannot be paired, or Python frames newer than the open operator). Symbols must
+// have been warmed (native_warm_symbols) outside the tree lock.
+bool native_place(TreeWriter& t, const Describer& d, const uintptr_t* ips, int n_ips,
                   const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
                   NativePlace* out, bool leaf_is_pc = false);
 

@@ -9,7 +9,7 @@ namespace dc::detail {
 namespace {
 
 // Python frames buf[from-1 .. 0] (outer to inner) under `base`.
-uint32_t intern_under(Tree& t, const Describer& d, uint32_t base, const dc_raw_frame* buf,
+uint32_t intern_under(TreeWriter& t, const Describer& d, uint32_t base, const dc_raw_frame* buf,
                       int from) {
   uint32_t node = base;
   for (int i = from - 1; i >= 0; --i) node = t.child(node, d.frame(t, buf, i));
@@ -17,7 +17,7 @@ uint32_t intern_under(Tree& t, const Describer& d, uint32_t base, const dc_raw_f
 }
 
 // A full Python path from the root, reusing the longest common prefix with the last one.
-uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_frame* buf, int n) {
+uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc_raw_frame* buf, int n) {
   uint32_t node = 0;
   if (n >= kMaxPyDepth) node = t.child(0, t.named_frame(Kind::Marker, "<truncated>"));
   if (s == nullptr) return intern_under(t, d, node, buf, n);
@@ -36,7 +36,7 @@ uint32_t intern_full(Tree& t, const Describer& d, ThreadState* s, const dc_raw_f
 
 // The context node for Python frames `buf` (innermost first) with `top` the innermost open op.
 // Sets *py_node to the innermost Python node of that context.
-uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
+uint32_t node_for(TreeWriter& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
                   bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
                   uint32_t* py_node) {
   if (!has_op) {
@@ -63,7 +63,7 @@ uint32_t node_for(Tree& t, const Describer& d, ThreadState* cache, const dc_raw_
 // The context of an event with native frames spliced in; false when that does not apply (no
 // native stack, stacks that cannot be paired, or Python frames newer than the open operator),
 // and the caller takes the Python-only path.
-bool native_place(Tree& t, const Describer& d, const uintptr_t* ips, int n_ips,
+bool native_place(TreeWriter& t, const Describer& d, const uintptr_t* ips, int n_ips,
                   const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
                   NativePlace* out, bool leaf_is_pc) {
   if (n_ips <= 0) return false;

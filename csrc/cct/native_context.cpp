@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "../callpath/native_stack.h"
 
@@ -12,42 +14,72 @@ namespace {
 
 std::atomic<uint64_t> g_mismatches{0};
 
-// Per unique return address: is it an operator's `at::_ops::<op>::call` frame, and which op.
-// Symbolizing costs microseconds, once per address; the tree lock guards the map.
+// Per unique address, what placing needs from its symbol: is it an operator's
+// `at::_ops::<op>::call` frame (and which op), and, for sampled instructions, the function's
+// name and library. Filled by native_warm_symbols() outside the tree lock (symbolizing reads
+// files); lookups under the tree lock only read the cache. A miss there (a caller that did not
+// warm) symbolizes in place: slower, never wrong.
 struct OpCallInfo {
   bool call = false;
   std::string op;
 };
-auto& g_op_calls = *new std::unordered_map<uintptr_t, OpCallInfo>();  // never destroyed
+struct LeafInfo {
+  std::string name, library;
+};
+std::mutex& g_sym_mu = *new std::mutex();  // never destroyed (threads outlive exit)
+auto& g_op_calls = *new std::unordered_map<uintptr_t, OpCallInfo>();
+auto& g_leaves = *new std::unordered_map<uintptr_t, LeafInfo>();
+// Sampled instructions, keyed by their function's frame id: pc -> frame id (tree lock held).
+auto& g_leaf_frames = *new std::unordered_map<uintptr_t, uint32_t>();
 
-const OpCallInfo& op_call(uintptr_t ip) {
-  auto it = g_op_calls.find(ip);
-  if (it != g_op_calls.end()) return it->second;
+OpCallInfo make_op_call(uintptr_t ip) {
   OpCallInfo info;
   native::Symbol sym = native::symbolize(ip);
   info.call = native::op_call_frame(sym, &info.op);
+  return info;
+}
+
+LeafInfo make_leaf(uintptr_t pc) {
+  native::Symbol sym = native::symbolize(pc, /*return_address=*/false);
+  return LeafInfo{sym.resolved ? sym.name : "<code without symbols>", sym.library};
+}
+
+OpCallInfo op_call(uintptr_t ip) {
+  {
+    std::lock_guard<std::mutex> g(g_sym_mu);
+    auto it = g_op_calls.find(ip);
+    if (it != g_op_calls.end()) return it->second;
+  }
+  OpCallInfo info = make_op_call(ip);
+  std::lock_guard<std::mutex> g(g_sym_mu);
   return g_op_calls.emplace(ip, std::move(info)).first->second;
 }
 
-// Sampled instructions, keyed by their function: ip -> frame id (never destroyed).
-auto& g_leaf_frames = *new std::unordered_map<uintptr_t, uint32_t>();
-
-uint32_t leaf_function_frame(Tree& t, uintptr_t pc) {
+uint32_t leaf_function_frame(TreeWriter& t, uintptr_t pc) {
   auto it = g_leaf_frames.find(pc);
   if (it != g_leaf_frames.end()) return it->second;
-  native::Symbol sym = native::symbolize(pc, /*return_address=*/false);
-  std::string name = sym.resolved ? sym.name : "<code without symbols>";
-  uint32_t id = t.native_function_frame(name, sym.library);
+  LeafInfo leaf;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> g(g_sym_mu);
+    auto l = g_leaves.find(pc);
+    if (l != g_leaves.end()) {
+      leaf = l->second;
+      found = true;
+    }
+  }
+  if (!found) leaf = make_leaf(pc);
+  uint32_t id = t.native_function_frame(leaf.name, leaf.library);
   g_leaf_frames.emplace(pc, id);
   return id;
 }
 
-uint32_t native_frame_at(Tree& t, const uintptr_t* ips, int i, bool leaf_is_pc) {
+uint32_t native_frame_at(TreeWriter& t, const uintptr_t* ips, int i, bool leaf_is_pc) {
   return (leaf_is_pc && i == 0) ? leaf_function_frame(t, ips[0]) : t.native_frame(ips[i]);
 }
 
 bool is_call_of(uintptr_t ip, const char* op_name) {
-  const OpCallInfo& c = op_call(ip);
+  const OpCallInfo c = op_call(ip);
   return c.call && native::op_name_matches(c.op, op_name);
 }
 
@@ -60,7 +92,7 @@ int find_call(const uintptr_t* ips, int limit, const char* op_name) {
 
 }  // namespace
 
-NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
+NativePlace place_top_level(TreeWriter& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
                             int n_py, const PythonFrameFn& py_frame, const char* op_name,
                             bool leaf_is_pc) {
   NativePlace out;
@@ -103,7 +135,7 @@ NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_r
   return out;
 }
 
-NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
+NativePlace place_nested(TreeWriter& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
                          int n_ips, const char* op_name, bool leaf_is_pc) {
   NativePlace out;
   out.node = outer_node;
@@ -132,27 +164,34 @@ NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uint
   return out;
 }
 
-uint32_t place_native_only(Tree& t, uint32_t base, const uintptr_t* ips, int n_ips,
+uint32_t place_native_only(TreeWriter& t, uint32_t base, const uintptr_t* ips, int n_ips,
                            bool leaf_is_pc) {
   uint32_t node = base;
   for (int i = n_ips - 1; i >= 0; --i) node = t.child(node, native_frame_at(t, ips, i, leaf_is_pc));
   return node;
 }
 
-void describe_native_frames(Tree& t) {
-  for (size_t i = t.natives_described_upto; i < t.frames.size(); ++i) {
-    NativeFrame& f = t.frames[i];
-    if (f.kind != Kind::Native || f.described) continue;
-    native::Symbol sym = native::symbolize(f.ip);
-    f.name = sym.name;
-    f.file = sym.library;
-    char offset[32];
-    std::snprintf(offset, sizeof(offset), "0x%llx", static_cast<unsigned long long>(sym.offset));
-    f.extra = std::string("offset=") + offset;
-    if (!sym.file.empty()) f.extra += ";source=" + sym.file + ":" + std::to_string(sym.line);
-    f.described = true;
+void native_warm_symbols(const uintptr_t* ips, int n_ips, bool leaf_is_pc) {
+  uintptr_t missing[kMaxNative];
+  int n_missing = 0;
+  bool leaf_missing = false;
+  {
+    std::lock_guard<std::mutex> g(g_sym_mu);
+    // Samples (leaf_is_pc) only need their leaf; operator events need every call frame.
+    for (int i = 0; i < (leaf_is_pc ? 0 : n_ips); ++i)
+      if (g_op_calls.find(ips[i]) == g_op_calls.end())
+        missing[n_missing++] = ips[i];
+    leaf_missing = leaf_is_pc && n_ips > 0 && g_leaves.find(ips[0]) == g_leaves.end();
   }
-  t.natives_described_upto = t.frames.size();
+  if (n_missing == 0 && !leaf_missing) return;
+  std::vector<std::pair<uintptr_t, OpCallInfo>> calls;
+  calls.reserve(static_cast<size_t>(n_missing));
+  for (int i = 0; i < n_missing; ++i) calls.emplace_back(missing[i], make_op_call(missing[i]));
+  LeafInfo leaf;
+  if (leaf_missing) leaf = make_leaf(ips[0]);
+  std::lock_guard<std::mutex> g(g_sym_mu);
+  for (auto& c : calls) g_op_calls.emplace(c.first, std::move(c.second));
+  if (leaf_missing) g_leaves.emplace(ips[0], std::move(leaf));
 }
 
 uint64_t splice_mismatches() { return g_mismatches.load(); }

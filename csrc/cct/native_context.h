@@ -23,10 +23,10 @@ struct NativePlace {
 
 // Top-level event (no operator open on this thread). `ips` innermost first. With `op_name`,
 // native frames stop at that operator's call frame (the op node goes in its place); without,
-// every native frame down to the event is kept (CPU samples, GPU launches). Tree lock held.
+// every native frame down to the event is kept (CPU samples, GPU launches). `t` holds the tree lock.
 // `leaf_is_pc`: ips[0] is an interrupted instruction (a CPU sample), not a return address; it
 // is keyed by its function so that the tree does not grow with every sampled instruction.
-NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
+NativePlace place_top_level(TreeWriter& t, const uintptr_t* ips, int n_ips, const dc_raw_frame* py,
                             int n_py, const PythonFrameFn& py_frame, const char* op_name,
                             bool leaf_is_pc = false);
 
@@ -34,17 +34,18 @@ NativePlace place_top_level(Tree& t, const uintptr_t* ips, int n_ips, const dc_r
 // the native frames below that frame (down to `op_name`'s call frame, if given) go under
 // `outer_node`. A sample whose unwind stopped before reaching the operator (JIT-generated or
 // hand-written assembly kernels without unwind tables) gets a "<native unwind incomplete>"
-// marker and its leaf function under the operator. Tree lock held.
-NativePlace place_nested(Tree& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
+// marker and its leaf function under the operator. `t` holds the tree lock.
+NativePlace place_nested(TreeWriter& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
                          int n_ips, const char* op_name, bool leaf_is_pc = false);
 
 // A thread that runs no Python and no operator (an OpenMP/intra-op worker): its native frames,
-// outermost first, under `base` (its "[thread] <name>" node). Tree lock held.
-uint32_t place_native_only(Tree& t, uint32_t base, const uintptr_t* ips, int n_ips,
+// outermost first, under `base` (its "[thread] <name>" node). `t` holds the tree lock.
+uint32_t place_native_only(TreeWriter& t, uint32_t base, const uintptr_t* ips, int n_ips,
                            bool leaf_is_pc);
 
-// Symbolizes native frames added since the last call (tree lock held; off the hot path).
-void describe_native_frames(Tree& t);
+// Looks up, outside the tree lock, the symbols that placing `ips` will need (symbolizing reads
+// files: never under the lock every event path takes). Call before taking a TreeWriter.
+void native_warm_symbols(const uintptr_t* ips, int n_ips, bool leaf_is_pc);
 
 // Events whose stacks could not be spliced (they fell back to the Python-only path).
 uint64_t splice_mismatches();

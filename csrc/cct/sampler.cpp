@@ -1,6 +1,6 @@
-// The CPU-time sampler: one CLOCK_THREAD_CPUTIME timer per thread, a SIGPROF handler that only
-// reads (Python frames, the operator stack top, native return addresses) into the thread's ring,
-// and the drain that folds the ring into the tree.
+// The CPU-time sampler: one CLOCK_THREAD_CPUTIME timer per Signaled thread, a SIGPROF handler
+// that only reads (Python frames, the operator stack top, native return addresses) and writes
+// into the thread's own ring, and the drain that folds the ring into the tree (sampler thread).
 #include <errno.h>
 #include <link.h>
 #include <signal.h>
@@ -10,7 +10,9 @@
 #include <cstring>
 
 #include "../callpath/native_stack.h"
+#include "../perf/perf_counters.h"
 #include "capture_internal.h"
+#include "registry.h"
 
 namespace dc::detail {
 
@@ -70,6 +72,68 @@ bool may_unwind(ThreadState* s, const void* uctx) {
   uintptr_t pc = uctx ? interrupted_pc(uctx) : 0;
   return pc != 0 && g_alloc_hi > g_alloc_lo && (pc < g_alloc_lo || pc >= g_alloc_hi);
 }
+
+// Extra per-sample counters (set_sample_counters in capture.h).
+SampleCounterFn g_counter_fn = nullptr;
+uint32_t g_counter_metrics[kMaxSampleCounters];
+std::atomic<int> g_n_counters{0};
+
+// Copies a Python string description into the sample's text pool; false when it does not fit
+// whole (the frame is then described by a later sample).
+bool pool_text(Sample& smp, const dc_raw_frame& f, Sample::New* out) {
+  int room = kSampleText - smp.text_used;
+  if (room < 64) return false;
+  char* file = smp.text + smp.text_used;
+  // Both strings in the remaining room: file first, then name after it.
+  int half = room / 2;
+  char* name = file + half;
+  out->line = dc_describe_code_checked(f.code, f.offset, file, half, name, room - half);
+  int fl = static_cast<int>(std::strlen(file)), nl = static_cast<int>(std::strlen(name));
+  // Possibly cut: describe it in a later sample with the whole pool, unless this is one (then
+  // it is longer than 4 KB, and an exact prefix is what is kept).
+  if ((fl >= half - 1 || nl >= room - half - 1) && smp.text_used > 0) return false;
+  std::memmove(file + fl + 1, name, static_cast<size_t>(nl) + 1);
+  out->file = static_cast<uint16_t>(smp.text_used);
+  out->name = static_cast<uint16_t>(smp.text_used + fl + 1);
+  smp.text_used += fl + nl + 2;
+  return true;
+}
+
+// The sample itself (noinline: the unwind skips its frame): plain reads of this thread's own state and stack, plain writes into `smp`.
+__attribute__((noinline)) void take_sample(ThreadState* s, Sample& smp, void* uctx) {
+  smp.epoch = g_epoch.load(std::memory_order_relaxed);
+  int overrun = timer_getoverrun(s->timer);
+  smp.weight = 1 + (overrun > 0 ? overrun : 0);
+  int d = s->depth.load(std::memory_order_acquire);
+  smp.has_op = d > 0 && s->ops[d - 1].epoch == smp.epoch;
+  if (smp.has_op) {
+    const OpEntry& top = s->ops[d - 1];
+    smp.op_node = top.node;
+    smp.op_py_node = top.py_node;
+    smp.op_frame = top.py_frame;
+    smp.op_native_cut = top.native_cut;
+  }
+  // skip 3: this function, the handler and the kernel's signal trampoline.
+  smp.n_ips = may_unwind(s, uctx) ? native::backtrace(smp.ips, kMaxNative, 3) : 0;
+  if (smp.n_ips > 0) s->native_ready.store(true, std::memory_order_release);
+  smp.n = g_opts.python ? dc_walk_python_checked(dc_this_thread_state(), smp.frames, kMaxPyDepth)
+                        : 0;
+  // Keys and first sightings now, while the code objects are certainly alive.
+  smp.n_new = 0;
+  smp.text_used = 0;
+  bool room = true;
+  for (int i = 0; i < smp.n; ++i) {
+    smp.keys[i] = python_key(smp.frames[i], dc_code_fingerprint(smp.frames[i].code, 1));
+    if (!room || smp.n_new >= kMaxNew || known_python_key(smp.keys[i])) continue;
+    if (pool_text(smp, smp.frames[i], &smp.news[smp.n_new]))
+      smp.new_index[smp.n_new++] = i;
+    else
+      room = false;
+  }
+  int nc = g_n_counters.load(std::memory_order_acquire);
+  smp.n_counters = (nc > 0 && g_counter_fn != nullptr) ? g_counter_fn(smp.counters, nc) : 0;
+}
+
 struct sigaction g_old_action;
 bool g_handler_installed = false;
 
@@ -85,40 +149,14 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
   }
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   int saved_errno = errno;
-  ThreadState* s = lookup(gettid_());
-  if (s != nullptr && s->ring != nullptr) {
+  ThreadState* s = registry::lookup(registry::gettid_());
+  // Only states in the armed phase own a timer; a state being reaped or recycled is left alone.
+  if (s != nullptr && s->ring != nullptr && s->phase.load(std::memory_order_acquire) == Phase::Armed) {
     uint32_t head = s->head.load(std::memory_order_relaxed);
     if (head - s->tail.load(std::memory_order_acquire) >= kRing) {
       s->dropped.fetch_add(1, std::memory_order_relaxed);
     } else {
-      Sample& smp = s->ring[head % kRing];
-      int overrun = timer_getoverrun(s->timer);
-      smp.weight = 1 + (overrun > 0 ? overrun : 0);
-      perf::read_deltas(&s->perf, &smp.perf);
-      int d = s->depth.load(std::memory_order_acquire);
-      smp.has_op = d > 0;
-      if (d > 0) {
-        const OpEntry& top = s->ops[d - 1];
-        smp.op_node = top.node;
-        smp.op_py_node = top.py_node;
-        smp.op_frame = top.py_frame;
-        smp.op_native_cut = top.native_cut;
-      }
-      // skip 2: this handler and the kernel's signal trampoline.
-      smp.n_ips = may_unwind(s, uctx) ? native::backtrace(smp.ips, kMaxNative, 2) : 0;
-      if (smp.n_ips > 0) s->native_ready.store(true, std::memory_order_release);
-      smp.n = g_opts.python
-                  ? dc_walk_python_checked(dc_this_thread_state(), smp.frames, kMaxPyDepth)
-                  : 0;
-      // Describe first sightings now, while their code objects are certainly alive.
-      smp.n_new = 0;
-      for (int i = 0; i < smp.n && smp.n_new < kMaxNew; ++i) {
-        if (known_python_key(python_key(smp.frames[i]))) continue;
-        CodeInfo& ci = smp.news[smp.n_new];
-        ci.line = dc_describe_code_checked(smp.frames[i].code, smp.frames[i].offset, ci.file,
-                                   sizeof(ci.file), ci.name, sizeof(ci.name));
-        smp.new_index[smp.n_new++] = i;
-      }
+      take_sample(s, s->ring[head % kRing], uctx);
       s->head.store(head + 1, std::memory_order_release);
     }
   }
@@ -127,9 +165,9 @@ void on_sigprof(int sig, siginfo_t* info, void* uctx) {
 
 }  // namespace
 
-void arm_timer(ThreadState* s, clockid_t clock) {
-  if (s->has_timer || !g_opts.sample) return;
-  perf::open_thread(&s->perf, s->tid);
+bool create_timer(ThreadState* s) {
+  if (s->has_timer || !g_opts.sample) return s->has_timer;
+  perf::open_for(s->tid);  // its CPU counters, when --perf is on (read at its samples)
   struct sigevent sev;
   std::memset(&sev, 0, sizeof(sev));
   sev.sigev_notify = SIGEV_THREAD_ID;
@@ -140,7 +178,7 @@ void arm_timer(ThreadState* s, clockid_t clock) {
 #else
   sev._sigev_un._tid = s->tid;
 #endif
-  if (timer_create(clock, &sev, &s->timer) != 0) return;
+  if (timer_create(s->clock, &sev, &s->timer) != 0) return false;
   struct itimerspec its;
   auto ns = static_cast<long>(g_opts.sample_interval * 1e9);
   its.it_interval.tv_sec = ns / 1000000000L;
@@ -148,18 +186,40 @@ void arm_timer(ThreadState* s, clockid_t clock) {
   its.it_value = its.it_interval;
   if (timer_settime(s->timer, 0, &its, nullptr) != 0) {
     timer_delete(s->timer);
-    return;
+    return false;
   }
   s->has_timer = true;
+  return true;
 }
 
-void drain_locked(Tree& t, ThreadState* s) {
-  bool expected = false;
-  if (!s->draining.compare_exchange_strong(expected, true)) return;
+void delete_timer(ThreadState* s) {
+  if (!s->has_timer) return;
+  timer_delete(s->timer);
+  s->has_timer = false;
+}
+
+uint32_t thread_node(const char* name) {
+  TreeWriter t(tree());
+  return t.child(0, t.named_frame(Kind::Thread, name));
+}
+
+void drain(ThreadState* s) {
   uint32_t tail = s->tail.load(std::memory_order_relaxed);
-  uint32_t head = s->head.load(std::memory_order_acquire);
+  const uint32_t head = s->head.load(std::memory_order_acquire);
+  if (tail == head) return;
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  // Symbols first, outside the tree lock (they read files the first time).
+  if (g_opts.native)
+    for (uint32_t i = tail; i != head; ++i) {
+      const Sample& smp = s->ring[i % kRing];
+      if (smp.epoch == epoch) native_warm_symbols(smp.ips, smp.n_ips, /*leaf_is_pc=*/true);
+    }
+  const double interval = g_opts.sample_interval;
+  int nc = g_n_counters.load(std::memory_order_acquire);
+  TreeWriter t(tree());
   for (; tail != head; ++tail) {
     const Sample& smp = s->ring[tail % kRing];
+    if (smp.epoch != epoch) continue;  // taken in another session: not this profile's time
     Describer d{&smp};
     OpEntry top{};
     top.node = smp.op_node;
@@ -176,11 +236,11 @@ void drain_locked(Tree& t, ThreadState* s) {
     else
       node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
                       smp.op_py_node, smp.op_frame, nullptr);
-    t.add(node, m_cpu_time, smp.weight * g_opts.sample_interval);
-    perf::add_deltas(t, node, smp.perf);
+    t.add(node, m_cpu_time, smp.weight * interval);
+    for (int c = 0; c < smp.n_counters && c < nc; ++c)
+      t.add(node, g_counter_metrics[c], static_cast<double>(smp.counters[c]));
   }
   s->tail.store(tail, std::memory_order_release);
-  s->draining.store(false);
 }
 
 void install_handler() {
@@ -198,3 +258,14 @@ void install_handler() {
 
 
 }  // namespace dc::detail
+
+namespace dc {
+void set_sample_counters(SampleCounterFn read, const uint32_t* metric_ids, int n) {
+  using namespace detail;
+  n = n < 0 ? 0 : (n > kMaxSampleCounters ? kMaxSampleCounters : n);
+  g_n_counters.store(0, std::memory_order_release);
+  for (int i = 0; i < n; ++i) g_counter_metrics[i] = metric_ids[i];
+  g_counter_fn = read;
+  g_n_counters.store(read != nullptr ? n : 0, std::memory_order_release);
+}
+}  // namespace dc

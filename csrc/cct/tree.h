@@ -1,5 +1,10 @@
 // The native calling context tree: an arena of nodes (parent, frame) with exclusive metrics,
 // aggregated online so memory grows with distinct contexts, never with run time.
+//
+// One object, one lock, a narrow interface: every change goes through a TreeWriter (the lock
+// held for its lifetime): intern a frame, intern a child, add a metric. Reading is a snapshot.
+// No other file sees the storage or the lock. Nodes and frames are never removed, so their ids
+// can be cached anywhere.
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -17,70 +22,117 @@ enum class Kind : uint8_t {
 };
 const char* kind_name(Kind k);
 
-// A Python frame's description, copied while its code object was alive (no GIL needed).
-struct CodeInfo {
+// A Python frame's description, taken while its code object was alive (no GIL needed).
+struct CodeText {
+  const char* file;
+  const char* name;
   int line;
-  char file[160];
-  char name[96];
 };
 
-// Identity of a Python frame: code object, bytecode offset, and a fingerprint of the code (its
-// filename object and first line), so a new code object at a recycled address gets a new key.
-uint64_t python_key(const dc_raw_frame& f);
+// Identity of a Python frame: code object, bytecode offset, its filename/name objects and first
+// line, and `fingerprint` (dc_code_fingerprint: the cached hashes of its filename and qualified
+// name), so a new code object at a recycled address, with recycled name objects, gets a new key.
+uint64_t python_key(const dc_raw_frame& f, uint64_t fingerprint);
 
-// Insert-only set of Python keys already described in the tree; the sampler's signal handler
-// reads it (lock-free) to copy descriptions only for frames it has not seen.
+// Set of Python keys already described in the tree; the sampler's signal handler reads it
+// (lock-free, bounded probes) to copy descriptions only for frames it has not seen. Full: every
+// lookup misses and the handler describes again (more work, never a wrong name).
 bool known_python_key(uint64_t key);
 
-// A frame as captured: Python frames are described at capture (the code object may die right
-// after, as module and class bodies do); all other kinds carry name and "k=v;..." extra.
-struct NativeFrame {
+struct SnapshotFrame {
   Kind kind;
-  std::string name;
-  std::string file;
-  int line = 0;
-  std::string extra;
-  bool described = true;  // false: waiting for its description (Python) or symbol (native)
-  uintptr_t ip = 0;       // native frames: the return address, symbolized at snapshot time
+  std::string name, file, extra;
+  int line;
+};
+struct Snapshot {
+  std::vector<std::pair<uint32_t, uint32_t>> nodes;  // (parent, frame)
+  std::vector<SnapshotFrame> frames;
+  std::vector<std::string> metric_names;
+  std::vector<std::tuple<uint32_t, uint32_t, double>> metrics;  // (node, metric, value), non-zero
 };
 
-struct TreeNode {
-  uint32_t parent;
-  uint32_t frame;
-  std::vector<double> metrics;  // indexed by metric id, grown on demand
-};
+class Tree;
 
-class Tree {
+// Exclusive access to the tree for as long as it lives (it holds the tree's lock).
+class TreeWriter {
  public:
-  Tree();
-  // All methods below require `mu` held by the caller (one lock guards the arena).
+  explicit TreeWriter(Tree& t);
+  TreeWriter(const TreeWriter&) = delete;
+  TreeWriter& operator=(const TreeWriter&) = delete;
+
   // The frame for f. `live`: its code object is running on this thread and may be read now;
-  // otherwise `info` (may be null) carries the description taken when it was.
-  uint32_t python_frame(const dc_raw_frame& f, bool live, const CodeInfo* info = nullptr);
+  // otherwise `info` (may be null: "not yet described") carries the description taken when it
+  // was. `key`: python_key(f, ...) computed while the code was alive (0: compute it now, live).
+  uint32_t python_frame(const dc_raw_frame& f, bool live, const CodeText* info = nullptr,
+                        uint64_t key = 0);
   uint32_t named_frame(Kind kind, const std::string& name, const std::string& extra = "");
-  // A native frame by return address; its symbol is looked up later (describe_native_frames).
+  // A native frame by return address; symbolized at snapshot time, outside the lock.
   uint32_t native_frame(uintptr_t ip);
   // A native frame that stands for a whole function (sampled leaves), already symbolized.
   uint32_t native_function_frame(const std::string& name, const std::string& library);
   uint32_t child(uint32_t parent, uint32_t frame);
   void add(uint32_t node, uint32_t metric, double v);
-  uint32_t metric_id(const std::string& name);  // takes its own lock
 
-  std::mutex mu;
-  std::vector<TreeNode> nodes;
-  std::vector<NativeFrame> frames;
-  std::vector<std::string> metric_names;
-  size_t natives_described_upto = 0;
+  bool has_node(uint32_t node) const;
+  double value(uint32_t node, uint32_t metric) const;  // exclusive value (0 when never added)
+  uint32_t parent(uint32_t node) const;
+  uint32_t frame_of(uint32_t node) const;
+  // Frames from the root to `node`, outermost first.
+  std::vector<SnapshotFrame> path(uint32_t node) const;
 
  private:
-  std::unordered_map<uint64_t, uint32_t> py_index_;
-  std::unordered_map<std::string, uint32_t> named_index_;  // kind byte + name + '\0' + extra
-  std::unordered_map<uint64_t, uint32_t> child_index_;
-  std::unordered_map<uintptr_t, uint32_t> native_index_;      // parent << 32 | frame
-  std::unordered_map<std::string, uint32_t> metric_index_;
-
+  Tree& t_;
+  std::lock_guard<std::mutex> lock_;
 };
 
+class Tree {
+ public:
+  Tree();
+  uint32_t metric_id(const std::string& name);
+  // Every node, frame and non-zero metric. Native frames added since the last snapshot are
+  // symbolized first, outside the lock (symbolization reads files).
+  Snapshot snapshot();
+  // Symbolizes native frames added since the last call (outside the lock; see snapshot()).
+  void describe_native_frames();
+  void reset_metrics();
+  // Schedules: a warm-up's metrics are discarded by restoring the values saved when it began, so
+  // the active cycles before it are kept.
+  void checkpoint_metrics();
+  void rollback_metrics();
+  // fork(): the registry's fork hooks hold the lock across it (registry.cpp).
+  void fork_prepare() { mu_.lock(); }
+  void fork_release() { mu_.unlock(); }
+
+ private:
+  friend class TreeWriter;
+  struct Node {
+    uint32_t parent;
+    uint32_t frame;
+    std::vector<double> metrics;  // indexed by metric id, grown on demand
+  };
+  struct Frame {
+    Kind kind;
+    std::string name, file, extra;
+    int line = 0;
+    bool described = true;  // false: waiting for its description (Python) or symbol (native)
+    uintptr_t ip = 0;       // native frames: the return address
+  };
+  std::mutex mu_;
+  std::vector<Node> nodes_;
+  std::vector<Frame> frames_;
+  std::vector<std::string> metric_names_;
+  std::vector<std::vector<double>> checkpoint_;  // per node, as of checkpoint_metrics()
+  size_t natives_described_upto_ = 0;
+  char* text_file_;  // describing a live frame (the tree is never destroyed)
+  char* text_name_;
+  std::unordered_map<uint64_t, uint32_t> py_index_;
+  std::unordered_map<std::string, uint32_t> named_index_;  // kind byte + name + '\0' + extra
+  std::unordered_map<uint64_t, uint32_t> child_index_;     // parent << 32 | frame
+  std::unordered_map<uintptr_t, uint32_t> native_index_;
+  std::unordered_map<std::string, uint32_t> metric_index_;
+};
+
+// The process's tree: never destroyed (callbacks may run during interpreter exit).
 Tree& tree();
 
 }  // namespace dc

@@ -46,21 +46,17 @@ struct Item {
   uint16_t regs;
 };
 
+// A kernel's node is keyed by its context, device and name only: with dynamic shapes every new
+// grid would otherwise grow the tree. The node's shape properties are its first launch's.
 struct KernelKey {
   uint32_t ctx, device, name;
-  int32_t grid[3], block[3], smem;
-  uint16_t regs;
   bool operator==(const KernelKey& o) const {
-    return ctx == o.ctx && device == o.device && name == o.name && smem == o.smem &&
-           regs == o.regs && std::memcmp(grid, o.grid, sizeof grid) == 0 &&
-           std::memcmp(block, o.block, sizeof block) == 0;
+    return ctx == o.ctx && device == o.device && name == o.name;
   }
 };
 struct KernelKeyHash {
   size_t operator()(const KernelKey& k) const {
-    uint64_t h = (uint64_t(k.ctx) << 32) ^ (uint64_t(k.name) << 8) ^ k.device;
-    for (int i = 0; i < 3; ++i) h = h * 1000003u ^ uint32_t(k.grid[i]) ^ (uint64_t(k.block[i]) << 20);
-    return std::hash<uint64_t>()(h ^ (uint64_t(k.regs) << 48) ^ uint64_t(k.smem) << 8);
+    return std::hash<uint64_t>()((uint64_t(k.ctx) << 32) ^ (uint64_t(k.name) << 8) ^ k.device);
   }
 };
 
@@ -139,25 +135,25 @@ const char* memory_kind(uint8_t k) {
 
 // The replayed work's parent: the replay context, a "cuda graph" marker, then the capture
 // context's frames that the replay path does not already share.
-uint32_t graft(Tree& t, uint32_t replay, uint32_t capture) {
+uint32_t graft(TreeWriter& t, uint32_t replay, uint32_t capture) {
   uint64_t key = (uint64_t(replay) << 32) | capture;
   auto it = S().grafts.find(key);
   if (it != S().grafts.end()) return it->second;
   std::vector<uint32_t> cap, rep;
-  for (uint32_t n = capture; n != 0 && n < t.nodes.size(); n = t.nodes[n].parent) cap.push_back(n);
-  for (uint32_t n = replay; n != 0 && n < t.nodes.size(); n = t.nodes[n].parent) rep.push_back(n);
+  for (uint32_t n = capture; n != 0 && t.has_node(n); n = t.parent(n)) cap.push_back(n);
+  for (uint32_t n = replay; n != 0 && t.has_node(n); n = t.parent(n)) rep.push_back(n);
   size_t common = 0;
   while (common < cap.size() && common < rep.size() &&
          cap[cap.size() - 1 - common] == rep[rep.size() - 1 - common])
     ++common;
   uint32_t node = t.child(replay, t.named_frame(Kind::Marker, "cuda graph"));
-  for (size_t i = cap.size() - common; i-- > 0;) node = t.child(node, t.nodes[cap[i]].frame);
+  for (size_t i = cap.size() - common; i-- > 0;) node = t.child(node, t.frame_of(cap[i]));
   S().grafts.emplace(key, node);
   return node;
 }
 
 // The context node for an item, or kIgnored.
-uint32_t context_of(Tree& t, const Item& it) {
+uint32_t context_of(TreeWriter& t, const Item& it) {
   uint32_t v = 0, corr = it.corr;
   bool found = it.corr2 != 0 && correlations().get(it.corr2, &v);
   if (found) corr = it.corr2;
@@ -169,21 +165,21 @@ uint32_t context_of(Tree& t, const Item& it) {
   if (found && (v & kCountFlag) && correlations().settle(corr)) g_settled.fetch_add(1);
   if (found && (v & kNestedFlag)) ++S().stats.nested_matches;
   uint32_t ctx = v & kNodeMask;
-  if (!found || ctx >= t.nodes.size()) {
+  if (!found || !t.has_node(ctx)) {
     ++S().stats.unattributed;
     if (S().unattributed == 0) S().unattributed = t.child(0, t.named_frame(Kind::Marker, "<unattributed>"));
     ctx = S().unattributed;
   }
   if (it.graph_node != 0) {
     uint32_t cap = 0;
-    if (graph_nodes().get(it.graph_node, &cap) && cap < t.nodes.size()) return graft(t, ctx, cap);
+    if (graph_nodes().get(it.graph_node, &cap) && t.has_node(cap)) return graft(t, ctx, cap);
     ++S().stats.graph_unmapped;
     return t.child(ctx, t.named_frame(Kind::Marker, "cuda graph"));
   }
   return ctx;
 }
 
-void fold(Tree& t, const Item& it) {
+void fold(TreeWriter& t, const Item& it) {
   if (it.start == 0 || it.end < it.start) {
     ++S().stats.incomplete;
     return;
@@ -195,8 +191,7 @@ void fold(Tree& t, const Item& it) {
   dev.id = it.device;
   if (it.type == kKernel) {
     uint32_t name = name_id(it.name);
-    KernelKey key{ctx, it.device, name, {it.grid[0], it.grid[1], it.grid[2]},
-                  {it.block[0], it.block[1], it.block[2]}, it.smem, it.regs};
+    KernelKey key{ctx, it.device, name};
     auto f = S().kernel_nodes.find(key);
     uint32_t node;
     if (f != S().kernel_nodes.end()) {
@@ -337,9 +332,8 @@ void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffe
     std::lock_guard<std::mutex> fg(S().fold_mu);
     S().stats.records += read;
     S().stats.dropped += dropped;
-    Tree& t = tree();
     for (size_t i = 0; i < items.size(); i += kChunk) {
-      std::lock_guard<std::mutex> g(t.mu);
+      TreeWriter t(tree());
       for (size_t j = i; j < items.size() && j < i + kChunk; ++j) fold(t, items[j]);
     }
   }

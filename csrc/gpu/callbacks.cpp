@@ -115,9 +115,8 @@ uint32_t context_node() {
 
 void charge_sync(uint32_t node, const char* api, int64_t ns) {
   if (node == kIgnored) return;
-  Tree& t = tree();
-  std::lock_guard<std::mutex> g(t.mu);
-  if (node >= t.nodes.size()) return;
+  TreeWriter t(tree());
+  if (!t.has_node(node)) return;
   uint32_t s = t.child(node, t.named_frame(Kind::Sync, api ? api : "synchronize"));
   t.add(s, m_sync_wait, ns * 1e-9);
   t.add(s, m_sync_count, 1.0);
@@ -125,9 +124,8 @@ void charge_sync(uint32_t node, const char* api, int64_t ns) {
 
 void charge_init(uint32_t node, int64_t ns) {
   if (node == kIgnored) return;
-  Tree& t = tree();
-  std::lock_guard<std::mutex> g(t.mu);
-  if (node < t.nodes.size()) t.add(node, m_gpu_init, ns * 1e-9);
+  TreeWriter t(tree());
+  t.add(node, m_gpu_init, ns * 1e-9);
 }
 
 void on_init(const CUpti_CallbackData* cb) {
@@ -160,9 +158,8 @@ void on_alloc(bool is_free, const CUpti_CallbackData* cb) {
       s.t0 = now_ns();
     }
   } else if (s.depth > 0 && --s.depth == 0 && s.node != kIgnored) {
-    Tree& t = tree();
-    std::lock_guard<std::mutex> g(t.mu);
-    if (s.node < t.nodes.size()) {
+    TreeWriter t(tree());
+    if (t.has_node(s.node)) {
       t.add(s.node, s.is_free ? m_free_time : m_malloc_time, (now_ns() - s.t0) * 1e-9);
       t.add(s.node, s.is_free ? m_free_count : m_malloc_count, 1.0);
     }
@@ -223,6 +220,8 @@ void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData* rd) {
     uint64_t orig = 0;
     uint32_t ctx = 0;
     if (node_id(gd->originalNode, &orig) && graph_nodes().get(orig, &ctx)) graph_nodes().put(id, ctx);
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING) {
+    graph_nodes().erase(id);  // bounded by the graphs alive, not by every graph ever built
   }
 }
 
@@ -282,7 +281,8 @@ CUptiResult enable_callbacks(CUpti_SubscriberHandle sub) {
   }
   if (api.cuptiGetGraphNodeId != nullptr) {
     for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
-                                  CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+                                  CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+                                  CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING}) {
       CUptiResult r = api.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, cbid);
       if (r != CUPTI_SUCCESS) return r;
     }

@@ -112,6 +112,10 @@ class GraphNodeMap {
     *node = it->second;
     return true;
   }
+  void erase(uint64_t id) {
+    std::lock_guard<std::mutex> g(mu_);
+    map_.erase(id);
+  }
 
  private:
   std::mutex mu_;

@@ -72,9 +72,8 @@ void record(const Call& c, int64_t elapsed) {
   t_hook.busy = true;
   const Slot& s = g_slots[c.slot];
   const double secs = (elapsed - c.child_ns) * 1e-9;
-  dc::Tree& t = dc::tree();
   {
-    std::lock_guard<std::mutex> g(t.mu);
+    dc::TreeWriter t(dc::tree());
     t.add(c.node, m_count, 1.0);
     t.add(c.node, m_time, secs);
     if (s.bytes_arg.load(std::memory_order_relaxed) >= 0) t.add(c.node, m_bytes, c.bytes);

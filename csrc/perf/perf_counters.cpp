@@ -13,7 +13,6 @@
 #include <mutex>
 
 #include "../cct/capture.h"
-#include "../cct/tree.h"
 
 namespace dc::perf {
 namespace {
@@ -89,6 +88,31 @@ bool open_hardware(int* fd, pid_t tid) {
   return open_group(fd, kSoftware, kEvents, tid, false, true);
 }
 
+// Counter sets by kernel thread id (tid % kSlots, bounded probes): the sampled thread finds its
+// own in the SIGPROF handler with one gettid and plain loads. Static storage, never destroyed.
+constexpr int kSlots = 4096, kProbes = 16;
+ThreadCounters g_slots[kSlots];
+
+ThreadCounters* slot_for(pid_t tid, bool for_open) {
+  for (int i = 0; i < kProbes; ++i) {
+    ThreadCounters* c = &g_slots[(static_cast<unsigned>(tid) + i) % kSlots];
+    if (c->tid == tid) return c;
+    if (for_open && c->state.load(std::memory_order_acquire) == 0) return c;
+  }
+  return nullptr;
+}
+
+// The sampler's counter reader (set_sample_counters): async-signal-safe (gettid, read).
+int read_current(uint64_t* out, int max) {
+  ThreadCounters* c = slot_for(static_cast<pid_t>(syscall(SYS_gettid)), false);
+  if (c == nullptr || max < kEvents) return 0;
+  Deltas d;
+  read_deltas(c, &d);
+  if (!d.any) return 0;
+  for (int k = 0; k < kEvents; ++k) out[k] = d.v[k];
+  return kEvents;
+}
+
 void close_fds(ThreadCounters* c) {
   for (int k = 0; k < kEvents; ++k)
     if (c->fd[k] >= 0) close(c->fd[k]), c->fd[k] = -1;
@@ -99,6 +123,7 @@ void close_fds(ThreadCounters* c) {
 std::string configure(bool on) {
   std::lock_guard<std::mutex> g(g_mu);
   g_on.store(false);
+  dc::set_sample_counters(nullptr, nullptr, 0);
   if (!on) return "";
   for (int k = 0; k < kEvents; ++k) g_metric[k] = dc::metric_id(kDefs[k].metric);
   // A program must never run out of file descriptors because of us: a quarter of the limit.
@@ -122,6 +147,7 @@ std::string configure(bool on) {
     return std::string("perf counters: none available (perf_event_open: ") + std::strerror(sw_err) +
            "; see /proc/sys/kernel/perf_event_paranoid)";
   g_on.store(true);
+  dc::set_sample_counters(read_current, g_metric, kEvents);
   std::string note;
   if (!g_hw)
     note = std::string("perf counters: hardware events unavailable (perf_event_open: ") +
@@ -132,9 +158,21 @@ std::string configure(bool on) {
   return note;
 }
 
-void open_thread(ThreadCounters* c, pid_t tid) {
+void open_thread_locked(ThreadCounters* c, pid_t tid);
+
+void open_for(pid_t tid) {
   if (!g_on.load(std::memory_order_relaxed) || tid <= 0) return;
   std::lock_guard<std::mutex> g(g_mu);
+  ThreadCounters* c = slot_for(tid, true);
+  if (c == nullptr) {
+    g_budget_hit.store(true);
+    return;
+  }
+  open_thread_locked(c, tid);
+}
+
+// A recycled slot (its thread exited) is closed and reopened for `tid` (g_mu held).
+void open_thread_locked(ThreadCounters* c, pid_t tid) {
   if (c->state.load() == 1 && c->tid == tid) return;
   // A recycled state: the thread it counted has exited, and its own timer is not armed yet.
   close_fds(c);
@@ -191,15 +229,10 @@ void read_deltas(ThreadCounters* c, Deltas* out) {
   c->state.store(1, std::memory_order_release);
 }
 
-void add_deltas(Tree& t, uint32_t node, const Deltas& d) {
-  if (!d.any) return;
-  for (int k = 0; k < kEvents; ++k)
-    if (d.v[k] != 0) t.add(node, g_metric[k], static_cast<double>(d.v[k]));
-}
-
 void close_all() {
   std::lock_guard<std::mutex> g(g_mu);
   g_on.store(false);
+  dc::set_sample_counters(nullptr, nullptr, 0);
   for (int i = 0; i < g_n_sets; ++i) {
     ThreadCounters* c = g_sets[i];
     // Wait out a read in progress (a few microseconds) so its fd is never reused under it.
@@ -212,6 +245,7 @@ void close_all() {
     int n = 0;
     for (int k = 0; k < kEvents; ++k) n += c->fd[k] >= 0;
     close_fds(c);
+    c->tid = 0;
     g_fd_budget.fetch_add(n);
   }
 }

@@ -9,7 +9,6 @@
 #include <string>
 
 namespace dc {
-class Tree;
 }
 
 namespace dc::perf {
@@ -38,11 +37,12 @@ struct ThreadCounters {
 // ("" when every event is available), e.g. that hardware events are absent.
 std::string configure(bool on);
 // Opens `c` for thread `tid` (when the sampler arms its timer); a no-op unless configured on.
-void open_thread(ThreadCounters* c, pid_t tid);
+// Opens the counters of thread `tid` (when configured on): called as its CPU timer is armed; the
+// sampler reads them through set_sample_counters (capture.h).
+void open_for(pid_t tid);
 // Async-signal-safe: the counts since the last read, from the signal handler of c's thread.
 void read_deltas(ThreadCounters* c, Deltas* out);
 // Adds a sample's counts to `node` as perf.* metrics (caller holds t.mu).
-void add_deltas(Tree& t, uint32_t node, const Deltas& d);
 // Closes every thread's counters (end of a session).
 void close_all();
 // Whether some thread went without counters because of the file-descriptor budget.

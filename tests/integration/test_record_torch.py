@@ -127,11 +127,13 @@ def test_thread_churn_is_exact_and_memory_stays_flat(tmp_path):
 
 def test_cpu_time_of_intra_op_worker_threads_is_sampled(tmp_path):
     """torch's OpenMP workers run no Python and no operator callback; their CPU time still shows,
-    under a [thread] frame, instead of vanishing."""
+    under the operator that dispatched their work ("aten::mm / [thread] worker" below the matmul
+    line), instead of vanishing."""
     proc, out = record(tmp_path, "intraop_threads.py", options=("--sample-interval", "0.002"))
     assert proc.returncode == 0, proc.stderr
     tree = loaded(out)
-    workers = [n for n in tree.nodes if n.frame.kind == "thread" and n.parent == 0]
-    assert workers and sum(tree.inclusive(n.id, "cpu.time") for n in workers) > 0.02
     (line,) = python_nodes(tree, "intraop_threads.py", line_of("intraop_threads.py", "MATMUL"))
+    workers = [n for n in tree.walk(line) if n.frame.kind == "thread" and n.frame.name == "worker"]
+    assert workers and sum(tree.inclusive(n.id, "cpu.time") for n in workers) > 0.02
+    assert all(tree.nodes[n.parent].frame.kind == "op" for n in workers)
     assert tree.inclusive(line, "cpu.time") > 0.02

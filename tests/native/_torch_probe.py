@@ -16,7 +16,7 @@ seen: dict[str, list] = {}
 
 def on_op(event) -> None:
     if event.phase == "enter" and event.name not in seen:
-        status, path = _core.native_callpath(with_status=True)
+        status, path = _core.testing.native_callpath(with_status=True)
         seen[event.name] = [status, path]
 
 
@@ -32,10 +32,10 @@ def main() -> None:
     for name, (status, path) in seen.items():
         rows = []
         for kind, fn, file, line in path:
-            op = _core.native_op_call_frame(fn) if kind == "native" else None
+            op = _core.testing.native_op_call_frame(fn) if kind == "native" else None
             rows.append([kind, fn, file, line, op])
         innermost = [r[4] for r in rows if r[4]][-1:]
-        matches = bool(innermost) and _core.native_op_name_matches(innermost[0], name)
+        matches = bool(innermost) and _core.testing.native_op_name_matches(innermost[0], name)
         ops[name] = {"status": status, "path": rows, "innermost_op_matches": matches}
     json.dump({"tier": monitor._state.get("torch_tier"), "ops": ops}, sys.stdout)
 

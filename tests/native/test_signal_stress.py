@@ -46,10 +46,11 @@ def test_fresh_threads_sampled_inside_malloc_do_not_deadlock(tmp_path):
 
 
 @pytest.mark.slow
-def test_c_threads_living_in_malloc_get_native_frames_without_deadlock(tmp_path):
-    # C threads are sampled (found by the /proc scan) but never unwind outside the handler:
-    # their first unwind happens in it, on a sample taken outside the allocator, and from then
-    # on their samples carry native frames (`churn`, the C function they run)
+def test_c_threads_living_in_malloc_are_measured_without_signals(tmp_path):
+    # C threads that run no Python and no operator (found by the core's /proc scan) are foreign
+    # pools: they are measured by reading their CPU clocks and never interrupted (XLA:CPU's pool
+    # corrupts its heap under any signal, docs/design.md "Threads"). Their CPU time lands whole
+    # under "[thread] <name>", with no frames of their own.
     if os.environ.get("DEEPCONTEXT_CORE_DIR"):
         pytest.skip("records with the installed package, not a standalone core")
     from build_ext import build_malloc_threads
@@ -68,5 +69,4 @@ def test_c_threads_living_in_malloc_get_native_frames_without_deadlock(tmp_path)
     tree = load(out)
     workers = [n for n in tree.nodes if n.frame.kind == "thread" and n.parent == 0]
     assert sum(tree.inclusive(w.id, "cpu.time") for w in workers) > 1.0
-    assert any(c.frame.kind == "native" and c.frame.name == "churn"
-               for w in workers for c in tree.walk(w.id))
+    assert all(list(tree.walk(w.id)) == [w] for w in workers)

@@ -3,7 +3,6 @@ generated code, lambdas in loops): a freed code object's address is soon reused.
 
 from __future__ import annotations
 
-import pytest
 from reliability_harness import frame_names, record, report_json
 
 PROGRAM = '''
@@ -38,9 +37,7 @@ def test_live_generated_functions_each_get_their_own_frame(tmp_path):
     assert _names(tmp_path, "keep") == {f"generated_{i}" for i in range(8)}
 
 
-@pytest.mark.xfail(strict=False, reason="(address reuse is up to the allocator, so this may pass) capture core (csrc/cct/tree.cpp python_key) identifies "
-                   "a Python frame by the addresses of its code, filename and name objects; once "
-                   "freed, the next generated function reuses those addresses and is reported "
-                   "under the stale, already-described name")
 def test_freed_generated_functions_each_get_their_own_frame(tmp_path):
+    # A freed code object's address, and its name objects' addresses, are reused by the next
+    # one; the key also holds the cached hashes of its file and qualified name.
     assert _names(tmp_path, "drop") == {f"generated_{i}" for i in range(8)}

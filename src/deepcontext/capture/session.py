@@ -219,8 +219,11 @@ class Session:
     def _apply_phase(self) -> None:
         phase = self.schedule.phase(self.step_num) if self.schedule else ACTIVE
         capture = phase in (ACTIVE, WARMUP)
+        # A warm-up's metrics are discarded, and only those: earlier active cycles are kept.
+        if phase == WARMUP and self._last_phase != WARMUP:
+            monitor.checkpoint_metrics()
         if phase == ACTIVE and self._last_phase == WARMUP:
-            monitor.reset_metrics()
+            monitor.rollback_metrics()
         if capture != self._capturing:
             monitor.pause(not capture)
             self._capturing = capture
@@ -236,6 +239,9 @@ class Session:
 
     # -- flushing -------------------------------------------------------------------------
     def _flush_loop(self) -> None:
+        from .native import core
+
+        core.ignore_thread(threading.get_native_id())  # the profiler's own work is not measured
         last = time.monotonic()
         while not self._stop_event.is_set():
             self._signals.wait(0.1, self._stop_event)

@@ -85,7 +85,6 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["init"] = True
     _state["context"] = context
     _state["sample"] = sample_interval > 0
-    _state["seen_tids"] = set()
     if "native" in context:
         info = core.native_info()
         _state["native"] = {**info, "mismatches_before": core.splice_mismatches()}
@@ -268,6 +267,18 @@ def reset_metrics() -> None:
         _state["jax"].reset()
 
 
+def checkpoint_metrics() -> None:
+    """A warm-up begins: save the metrics (earlier active cycles) it must not touch."""
+    gpu.flush(_core())
+    _core().checkpoint_metrics()
+
+
+def rollback_metrics() -> None:
+    """A warm-up ends: its metrics are discarded, the saved ones restored."""
+    gpu.flush(_core())  # warm-up kernels already finished are discarded with the rest
+    _core().rollback_metrics()
+
+
 def resolve() -> None:
     """Periodic upkeep from the flusher thread: fold buffered samples in, and give threads that
     Python code runs on but that never passed threading's hook (started from C) their timer."""
@@ -278,24 +289,11 @@ def resolve() -> None:
 
 
 def _sample_new_threads(core: Any) -> None:
+    """Threads that run Python but never passed threading's hook (started from C) get their
+    timer; threads with no Python are found by the core's own /proc scan (Polled workers)."""
     if not (_state["init"] and _state.get("sample")):
         return
-    me = threading.get_native_id()
-    core.register_python_threads(me)
-    # Threads with no Python at all (OpenMP / intra-op workers, library pools): by kernel id.
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for tid in tids:
-        if int(tid) != me and int(tid) not in _state["seen_tids"]:
-            _state["seen_tids"].add(int(tid))
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as fh:
-                    name = fh.read().strip()
-            except OSError:
-                continue
-            core.register_native_thread(int(tid), name or f"thread {tid}")
+    core.register_python_threads(threading.get_native_id())
 
 
 def snapshot_tree(metadata: dict[str, Any]) -> Any:

@@ -1,0 +1,361 @@
+// The operator layer: each thread's operator shadow stack (enter/exit from the torch hook or the
+// dispatch tier), the context node of each operator, and the backward graft.
+#include <algorithm>
+#include <cstring>
+
+#include "../callpath/native_stack.h"
+#include "capture_internal.h"
+#include "registry.h"
+
+namespace dc {
+namespace detail {
+std::atomic<ThreadState*> g_dispatcher{nullptr};
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+
+OpObserver g_observer = nullptr;
+
+// Backward context: (forward thread, sequence number) -> forward Python node. Direct-mapped and
+// bounded: sequence numbers grow forever, and a backward pass only looks at recent ones.
+constexpr uint64_t kSeqSlots = 1 << 18;
+struct SeqSlot {
+  uint64_t tid;
+  int64_t seq;
+  uint32_t node;
+};
+SeqSlot* const g_seq = new SeqSlot[kSeqSlots]();  // never destroyed
+
+uint32_t op_frame(TreeWriter& t, ThreadState* s, const char* name) {
+  auto& e = s->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+  if (e.ptr == name && e.text == name) return e.frame;
+  e.frame = t.named_frame(Kind::Op, name);
+  e.ptr = name;
+  e.text = name;
+  return e.frame;
+}
+
+uint32_t op_child(TreeWriter& t, ThreadState* s, uint32_t parent, uint32_t frame) {
+  auto& e = s->op_children[(parent * 31u + frame) & 511u];
+  if (e.parent == parent && e.frame == frame) return e.node;
+  e = ThreadState::OpChild{parent, frame, t.child(parent, frame)};
+  return e.node;
+}
+
+// The common case of an operator event, without the tree lock: no backward graft, and the
+// context (Python path, or with native frames the memoized placement), the op's frame and its
+// node all cached by this thread (ids are never removed, so a cache hit is exact). False: take
+// the locked path.
+bool fast_context(ThreadState* s, const dc_raw_frame* buf, int n, const OpEntry* top,
+                  const char* name, bool special, const ThreadState::NativeMemo* memo,
+                  uint32_t* node, uint32_t* frame, uint32_t* py_node, int* cut) {
+  if (special || (top && top->pending)) return false;
+  uint32_t parent;
+  if (g_opts.native) {
+    if (memo == nullptr) return false;
+    parent = memo->node;
+    *py_node = top ? top->py_node : memo->py_node;
+    *cut = memo->cut;
+  } else if (top != nullptr) {
+    if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
+    parent = top->node;
+    *py_node = top->py_node;
+  } else {
+    if (n == 0 || n >= kMaxPyDepth || s->cache_n != n || s->cached_prefix(buf, n) != n)
+      return false;
+    parent = s->cache_node[n - 1];
+    *py_node = parent;
+  }
+  const auto& on = s->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+  if (on.ptr != name || on.text != name) return false;
+  const auto& oc = s->op_children[(parent * 31u + on.frame) & 511u];
+  if (oc.parent != parent || oc.frame != on.frame) return false;
+  *frame = on.frame;
+  *node = oc.node;
+  return true;
+}
+
+void mark_native_ready(ThreadState* s) {
+  if (!s->native_ready.load(std::memory_order_relaxed))
+    s->native_ready.store(true, std::memory_order_release);
+}
+
+// The thread's memoized native placement for `key`, or null.
+ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
+  return key != 0 ? &s->native_memo[key & 511u] : nullptr;
+}
+
+// The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
+// node and the gradient bookkeeping after it; it belongs with that node under the forward line.
+bool is_engine_wrapper(const char* name) {
+  static const char kWrapper[] = "autograd::engine::evaluate_function: ";
+  return std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
+}
+
+void remember_forward(int64_t seq_nr, uint64_t rf_tid, uint32_t py_node) {
+  g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots] = SeqSlot{rf_tid, seq_nr, py_node};
+}
+
+// The forward Python context recorded for (forward thread, sequence number), or 0.
+uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
+  const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
+  return (slot.seq == seq_nr && slot.tid == fwd_tid) ? slot.node : 0;
+}
+
+// Gives a parked wrapper its node: under the forward line of backward node `seq_nr` when known,
+// else under its ordinary parent.
+void resolve_pending(TreeWriter& t, OpEntry& e, int64_t seq_nr, uint64_t fwd_tid) {
+  uint32_t fwd = seq_nr >= 0 ? forward_context(seq_nr, fwd_tid) : 0;
+  if (fwd != 0) {
+    e.node = t.child(t.child(fwd, t.named_frame(Kind::Marker, "backward")), e.frame);
+    e.py_node = fwd;
+    e.seq_nr = seq_nr;
+  } else {
+    e.node = t.child(e.node, e.frame);
+  }
+  e.pending = false;
+}
+
+}  // namespace
+
+void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
+              uint64_t fwd_tid, bool is_backward) {
+  if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;
+  ThreadState* s = registry::self();
+  if (g_dispatcher.load(std::memory_order_relaxed) != s)
+    g_dispatcher.store(s, std::memory_order_release);
+  int d = s->depth.load(std::memory_order_relaxed);
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (d > 0 && s->ops[d - 1].epoch != epoch) {  // left open by an earlier session
+    d = 0;
+    s->overflow = 0;
+    s->depth.store(0, std::memory_order_release);
+  }
+  if (d >= kMaxOpDepth) {
+    ++s->overflow;
+    return;
+  }
+  OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  // A nested operator's context is its parent's node unless Python ran in between (a Python
+  // callback inside the op), which the innermost frame alone tells: most operator events are
+  // nested (88% in a GPT-2 training step), so the whole stack is walked only when that fails.
+  dc_raw_frame buf[kMaxPyDepth];
+  void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
+  const bool inner_only = top != nullptr && !g_opts.native;
+  int n = py_state ? dc_walk_python(py_state, buf, inner_only ? 1 : kMaxPyDepth) : 0;
+  uintptr_t ips[kMaxNative];
+  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
+  if (g_opts.native) mark_native_ready(s);
+  const bool wrapper = is_engine_wrapper(name);
+  const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
+  uint32_t node, frame, py_node = 0;
+  int cut = -1;
+  bool pending = false;
+  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, name) : 0;
+  ThreadState::NativeMemo* memo = memo_slot(s, key);
+  const bool memo_hit = memo && memo->key == key;
+  if (fast_context(s, buf, n, top, name, wrapper || backward_node, memo_hit ? memo : nullptr,
+                   &node, &frame, &py_node, &cut)) {
+    // Every piece of this context is in the thread's caches: the tree is not touched.
+    if (seq_nr >= 0 && !backward_node) remember_forward(seq_nr, rf_tid, py_node);
+  } else {
+    if (inner_only && py_state) n = dc_walk_python(py_state, buf, kMaxPyDepth);
+    if (g_opts.native && !memo_hit) native_warm_symbols(ips, n_ips, false);
+    TreeWriter t(tree());
+    if (top && top->pending) resolve_pending(t, *top, backward_node ? seq_nr : -1, fwd_tid);
+    uint32_t parent = UINT32_MAX;
+    if (backward_node && !(top && top->seq_nr == seq_nr)) {
+      uint32_t fwd = forward_context(seq_nr, fwd_tid);
+      if (fwd != 0) {
+        py_node = fwd;
+        parent = t.child(fwd, t.named_frame(Kind::Marker, "backward"));
+      }
+    }
+    NativePlace np;
+    Describer live;
+    if (parent == UINT32_MAX && memo_hit) {
+      parent = memo->node;
+      py_node = top ? top->py_node : memo->py_node;
+      cut = memo->cut;
+    } else if (parent == UINT32_MAX && native_place(t, live, ips, n_ips, buf, n, top, name, &np)) {
+      parent = np.node;
+      py_node = np.py_node;
+      cut = np.cut;
+      *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
+    }
+    if (parent == UINT32_MAX) {
+      parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame,
+                              &py_node)
+                   : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
+    }
+    frame = op_frame(t, s, name);
+    // An engine wrapper without a sequence number learns its forward line from the backward
+    // node it runs next; until then it is parked on its ordinary parent.
+    pending = wrapper && seq_nr < 0;
+    node = pending ? parent : op_child(t, s, parent, frame);
+    // Without an exit report (dispatch tier), the last op to see a number is the best guess
+    // for the one that created the autograd node; with one, op_exit records it exactly.
+    if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);
+  }
+  OpEntry& e = s->ops[d];
+  e.node = node;
+  e.frame = frame;
+  e.pending = pending;
+  e.py_node = py_node;
+  e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.handle = handle;
+  e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
+  e.child_ns = 0;
+  e.native_cut = cut;
+  e.epoch = epoch;
+  e.fwd_seq = backward_node ? -1 : seq_nr;
+  e.rf_tid = rf_tid;
+  e.scope = false;
+  e.t0_ns = now_ns();
+  s->depth.store(d + 1, std::memory_order_release);
+  if (g_observer) g_observer(name, 0, node);
+}
+
+namespace {
+// A scope closed out of order (record_function across an await or a generator): its entry is
+// taken out of the middle of the stack, so it cannot stay open for the rest of the run. Only
+// entries below the top move, and the depth drops last, so the signal handler (which reads the
+// top) sees either the old stack or the new one. Returns the removed entry's index, or -1.
+int remove_from_middle(ThreadState* s, int d, uint64_t handle, OpEntry* out) {
+  for (int i = d - 2; i >= 0; --i) {
+    if (s->ops[i].handle != handle) continue;
+    *out = s->ops[i];
+    for (int j = i; j < d - 1; ++j) s->ops[j] = s->ops[j + 1];
+    s->depth.store(d - 1, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+}  // namespace
+
+void op_exit(uint64_t handle, int seq_consumed) {
+  ThreadState* s = registry::current();
+  if (s == nullptr) return;
+  if (s->overflow > 0) {
+    --s->overflow;
+    return;
+  }
+  int d = s->depth.load(std::memory_order_relaxed);
+  if (d == 0) return;
+  OpEntry e;
+  int at = d - 1;  // where the closed entry was; its parent (at - 1) had its time inside
+  if (s->ops[d - 1].handle == handle) {
+    e = s->ops[d - 1];
+    s->depth.store(d - 1, std::memory_order_release);
+  } else if ((at = remove_from_middle(s, d, handle, &e)) < 0) {
+    return;  // not ours (entered before capture, or while paused)
+  }
+  int64_t elapsed = now_ns() - e.t0_ns;
+  if (e.scope) {  // the ops inside a scope are nested ops of the op around it
+    if (at >= 1 && s->ops[at - 1].epoch == e.epoch) s->ops[at - 1].child_ns += e.child_ns;
+    return;
+  }
+  if (at >= 1 && s->ops[at - 1].epoch == e.epoch) s->ops[at - 1].child_ns += elapsed;
+  // Entered in an earlier session (or recording paused since): charged nothing.
+  if (!g_enabled.load(std::memory_order_relaxed) || e.epoch != g_epoch.load(std::memory_order_relaxed))
+    return;
+  {
+    TreeWriter t(tree());
+    if (e.pending) resolve_pending(t, e, -1, 0);
+    if (seq_consumed == 1 && e.fwd_seq >= 0) {
+      remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
+      t.add(e.node, m_autograd_nodes, 1.0);
+    }
+    const double own = (elapsed - e.child_ns) * 1e-9;
+    if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own);
+    t.add(e.node, m_op_time, own);
+    t.add(e.node, m_op_count, 1.0);
+  }
+  if (g_observer) g_observer(nullptr, 1, e.node);
+}
+
+void scope_enter(int kind, const char* name, const char* extra, uint64_t handle, int skip_py) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  ThreadState* s = registry::self();
+  int d = s->depth.load(std::memory_order_relaxed);
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (d > 0 && s->ops[d - 1].epoch != epoch) {  // left open by an earlier session
+    d = 0;
+    s->overflow = 0;
+    s->depth.store(0, std::memory_order_release);
+  }
+  if (d >= kMaxOpDepth) {
+    ++s->overflow;
+    return;
+  }
+  dc_raw_frame buf[kMaxPyDepth];
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  const int skip = std::min(std::max(skip_py, 0), n);
+  std::memmove(buf, buf + skip, sizeof(dc_raw_frame) * (n - skip));
+  n -= skip;
+  OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  uint32_t node, frame, py_node = 0;
+  {
+    TreeWriter t(tree());
+    if (top && top->pending) resolve_pending(t, *top, -1, 0);
+    Describer live;
+    uint32_t parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node,
+                                     top->py_frame, &py_node)
+                          : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
+    frame = t.named_frame(static_cast<Kind>(kind), name, extra);
+    node = t.child(parent, frame);
+  }
+  OpEntry& e = s->ops[d];
+  e = OpEntry{};
+  e.node = node;
+  e.frame = frame;
+  e.py_node = py_node;
+  e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.handle = handle;
+  e.seq_nr = top ? top->seq_nr : -1;
+  e.native_cut = -1;
+  e.epoch = epoch;
+  e.fwd_seq = -1;
+  e.scope = true;
+  e.t0_ns = now_ns();
+  s->depth.store(d + 1, std::memory_order_release);
+}
+
+uint32_t current_node() {
+  ThreadState* s = registry::self();
+  int d = s->depth.load(std::memory_order_relaxed);
+  // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
+  // op, the common case): the op's own node, without the tree lock or a full walk.
+  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending &&
+      s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
+    dc_raw_frame inner[1];
+    int k = g_opts.python ? dc_walk_python(dc_this_thread_state(), inner, 1) : 0;
+    if ((k > 0 ? inner[0].frame : nullptr) == s->ops[d - 1].py_frame) return s->ops[d - 1].node;
+  }
+  dc_raw_frame buf[kMaxPyDepth];
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  uintptr_t ips[kMaxNative];
+  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
+  if (g_opts.native) mark_native_ready(s);
+  const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
+  ThreadState::NativeMemo* memo = memo_slot(s, key);
+  if (memo && memo->key == key) return memo->node;
+  if (g_opts.native) native_warm_symbols(ips, n_ips, false);
+  TreeWriter t(tree());
+  Describer live;
+  NativePlace np;
+  if (native_place(t, live, ips, n_ips, buf, n, top, nullptr, &np)) {
+    *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
+    return np.node;
+  }
+  if (top != nullptr)
+    return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame, nullptr);
+  return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
+}
+
+void set_op_observer(OpObserver obs) { g_observer = obs; }
+
+}  // namespace dc

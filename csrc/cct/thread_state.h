@@ -1,0 +1,154 @@
+// What the core keeps per thread: the operator shadow stack, the CPU-time sampler's ring, and
+// the owner's caches. States belong to the registry (registry.h), which moves each through
+// seen -> armed -> disarmed -> reaped, and are recycled, never freed.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+#include <time.h>
+
+#include "../callpath/python_walk.h"
+#include "native_context.h"
+
+namespace dc {
+
+constexpr int kMaxPyDepth = 256;  // deeper stacks keep their innermost frames under <truncated>
+constexpr int kMaxOpDepth = 128;
+constexpr int kRing = 64;         // samples buffered per thread between drains (lazily paged in)
+constexpr int kMaxNew = 48;       // frames a sample can describe (first sightings)
+constexpr int kSampleText = 8192; // bytes of file and function names a sample can carry
+constexpr int kMaxSampleCounters = 8;  // extra per-sample counters (perf counters), see Sample
+
+struct OpEntry {
+  uint32_t node;         // while `pending`: the ordinary parent context
+  uint32_t frame;        // the op's frame id
+  bool pending;          // an engine wrapper waiting for its backward node
+  uint32_t py_node;      // innermost Python context node of this op
+  const void* py_frame;  // innermost interpreter frame when the op began (nullptr: none)
+  uint64_t handle;
+  int64_t seq_nr;        // >= 0 for a backward node's op (to nest its own re-entries)
+  int64_t t0_ns;
+  int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
+  int native_cut;        // outermost-first native depth of its call frame (-1: none)
+  uint32_t epoch;        // session that opened it: an exit in another session charges nothing
+  int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
+  uint64_t rf_tid;
+  bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
+};
+
+// One CPU sample, written by the signal handler on the sampled thread (only plain stores into
+// this memory, which the thread's state owns) and folded into the tree by a drain.
+struct Sample {
+  uint32_t epoch;  // session it was taken in; a drain drops samples of another session
+  int n;
+  int weight;
+  bool has_op;
+  uint32_t op_node;
+  uint32_t op_py_node;
+  const void* op_frame;
+  int op_native_cut;
+  int n_ips;
+  uintptr_t ips[kMaxNative];
+  dc_raw_frame frames[kMaxPyDepth];
+  uint64_t keys[kMaxPyDepth];  // python_key of each frame, computed while its code was alive
+  int n_new;
+  int new_index[kMaxNew];      // frames[new_index[i]] is described by news[i]
+  struct New {
+    int line;
+    uint16_t file, name;       // offsets of NUL-terminated strings in `text`
+  } news[kMaxNew];
+  int text_used;
+  char text[kSampleText];
+  // Extra counters read at the sample point (e.g. CPU perf counters): deltas since the
+  // thread's previous sample, charged as metric `counter_metric[i]` by the drain. The handler
+  // fills them through set_sample_counters' reader (capture.h); none by default.
+  int n_counters;
+  uint64_t counters[kMaxSampleCounters];
+};
+
+// How the thread's CPU time is measured.
+enum class Role : uint8_t {
+  Signaled,  // runs Python or operators: a CPU-time timer and SIGPROF with a stack
+  Polled,    // a pool we did not see run Python or an op (XLA, OpenMP, BLAS): its CPU clock is
+             // read from the sampler thread, never interrupted (XLA:CPU does not survive signals)
+  Ignored,   // the profiler's own threads
+};
+
+// The registry's lifecycle of a state (registry.cpp changes it, under its lock).
+enum class Phase : uint8_t { Free, Seen, Armed, Disarmed };
+
+struct ThreadState {
+  // -- owned by the registry (its lock) --
+  pid_t tid = 0;
+  Role role = Role::Signaled;
+  std::atomic<Phase> phase{Phase::Free};
+  timer_t timer{};
+  bool has_timer = false;
+  clockid_t clock{};            // the thread's CPU clock
+  int64_t polled_cpu_ns = -1;   // Polled: clock reading at the last poll (-1: none yet)
+  uint32_t thread_node = 0;     // "[thread] <name>" for threads that run no Python (0: none)
+  uint32_t generation = 0;      // bumped at every reuse
+  unsigned long long start_ticks = 0;  // when the thread started (a reused id differs)
+  // Set by the owner's thread-exit hook, nothing else happens there: the reaper folds the ring
+  // in and frees the state once the thread id is gone.
+  std::atomic<bool> exited{false};
+
+  // -- the operator stack: written by the owner, read by its signal handler and the poller --
+  OpEntry ops[kMaxOpDepth];
+  std::atomic<int> depth{0};
+  int overflow = 0;  // pushes beyond kMaxOpDepth, ignored but counted so pops stay balanced
+
+  // -- the ring: the handler writes at head, a drain (registry lock held) reads from tail --
+  Sample* ring = nullptr;
+  std::atomic<uint32_t> head{0}, tail{0};
+  std::atomic<uint32_t> dropped{0};
+
+  // Set by the owner once it has unwound outside a signal handler: libunwind is dlopen'ed, so
+  // its per-thread cache lives in TLS that glibc allocates (malloc) at a thread's first touch;
+  // touched first in the SIGPROF handler, that malloc can deadlock on the interrupted one.
+  std::atomic<bool> native_ready{false};
+
+  // -- owner-only caches (reset on reuse) --
+  // Prefix cache of the last full Python path, outermost first.
+  int cache_n = 0;
+  dc_raw_frame cache_frame[kMaxPyDepth];  // compared by identity fields, not by hash
+  uint32_t cache_node[kMaxPyDepth];
+  // How many outermost frames of `buf` (innermost first, n frames) equal the cached path.
+  int cached_prefix(const dc_raw_frame* buf, int n) const {
+    int common = 0;
+    while (common < n && common < cache_n) {
+      const dc_raw_frame& a = buf[n - 1 - common];
+      const dc_raw_frame& b = cache_frame[common];
+      if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
+          a.firstlineno != b.firstlineno || a.name != b.name)
+        break;
+      ++common;
+    }
+    return common;
+  }
+  // Operator name -> frame id. Names of backward ops point into reused temporaries, so a hit
+  // needs the same pointer and the same text.
+  struct OpName {
+    const char* ptr = nullptr;
+    uint32_t frame = 0;
+    std::string text;
+  };
+  OpName op_names[256];
+  // (parent, op frame) -> node: nodes are never removed, so a hit is exact.
+  struct OpChild {
+    uint32_t parent = UINT32_MAX, frame = 0, node = 0;
+  };
+  OpChild op_children[512];
+  // Memo of native placements: hash of everything a placement depends on (both stacks, the
+  // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
+  // 1 us, a hit the hash; nodes are never removed, so a hit stays valid.
+  struct NativeMemo {
+    uint64_t key = 0;  // 0: empty
+    uint32_t node = 0, py_node = 0;
+    int cut = -1;
+  };
+  NativeMemo native_memo[512];
+};
+
+}  // namespace dc

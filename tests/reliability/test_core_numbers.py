@@ -1,0 +1,183 @@
+"""The native core never charges time silently to the wrong place: sessions, schedules, scopes
+closed out of order, long C calls, long paths (docs/design.md, "The core's lifecycles")."""
+
+from __future__ import annotations
+
+import json
+
+from reliability_harness import record, report_json, run_python
+
+
+def _nodes(doc):
+    """(path of frame names from the root, node) for every node of a report's JSON tree."""
+    out, stack = [], [((), doc["tree"])]
+    while stack:
+        path, node = stack.pop()
+        here = (*path, node["frame"]["name"])
+        out.append((here, node))
+        stack.extend((here, c) for c in node["children"])
+    return out
+
+
+def _inclusive(doc, name, metric="cpu.time"):
+    return sum(n["inclusive"].get(metric, 0.0) for p, n in _nodes(doc) if p[-1] == name)
+
+
+SPIN = '''
+import time
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+'''
+
+
+def test_op_opened_in_one_session_and_closed_in_the_next_is_not_charged_the_gap(tmp_path):
+    r = run_python(tmp_path, '''
+import time
+import torch
+import deepcontext
+x = torch.ones(4)
+first = deepcontext.profile("a.dcprof", force=True).start()
+scope = torch.profiler.record_function("straddle")
+scope.__enter__()
+first.stop()
+time.sleep(0.5)
+second = deepcontext.profile("b.dcprof", force=True).start()
+scope.__exit__(None, None, None)
+for _ in range(10):
+    torch.add(x, x)
+second.stop()
+''', timeout=120)
+    assert r.rc == 0, r.describe()
+    doc = report_json(tmp_path, tmp_path / "b.dcprof", "--metric", "op.time")
+    names = {p[-1] for p, _ in _nodes(doc)}
+    assert "straddle" not in names
+    assert "aten::add" in names
+
+
+def test_scope_closed_out_of_order_leaves_the_operator_stack(tmp_path):
+    r = record(tmp_path, '''
+import torch
+x = torch.ones(8, 8)
+def gen():
+    with torch.profiler.record_function("in_generator"):
+        yield
+g = gen()
+next(g)
+with torch.profiler.record_function("outer"):
+    next(g, None)  # the generator's scope closes while "outer", opened after it, is open
+for _ in range(50):
+    torch.mm(x, x)
+''', timeout=120)
+    assert r.rc == 0, r.describe()
+    doc = report_json(tmp_path, tmp_path / "prof.dcprof", "--metric", "op.count")
+    mm = [(p, n) for p, n in _nodes(doc) if p[-1] == "aten::mm"]
+    assert mm and all("in_generator" not in p and "outer" not in p for p, _ in mm), mm
+    assert sum(n["metrics"]["op.count"] for _, n in mm) == 50
+    outer = [n for p, n in _nodes(doc) if p[-1] == "outer"]
+    assert [n["metrics"]["op.count"] for n in outer] == [1.0]
+    assert outer[0]["metrics"]["op.time"] > 0
+
+
+def test_thread_first_seen_during_a_wait_step_is_sampled_later(tmp_path):
+    r = run_python(tmp_path, SPIN + '''
+import threading, time
+import deepcontext
+go = threading.Event()
+def late_thread():
+    go.wait()
+    spin(0.4)
+with deepcontext.profile("w.dcprof", schedule=deepcontext.schedule(wait=1, active=1, repeat=1),
+                         sample_interval=0.002, force=True) as prof:
+    t = threading.Thread(target=late_thread)
+    t.start()  # step 0 is a wait step: capture is paused
+    time.sleep(0.1)
+    prof.step()  # step 1: active
+    go.set()
+    t.join()
+    prof.step()
+''', timeout=120)
+    assert r.rc == 0, r.describe()
+    doc = report_json(tmp_path, tmp_path / "w.dcprof")
+    assert _inclusive(doc, "late_thread") >= 0.2, json.dumps(doc["totals"])
+
+
+def test_schedule_repeat_keeps_every_active_cycle(tmp_path):
+    r = run_python(tmp_path, SPIN + '''
+import deepcontext
+def warm():
+    spin(0.1)
+def first_cycle():
+    spin(0.2)
+def second_cycle():
+    spin(0.2)
+with deepcontext.profile("c.dcprof", schedule=deepcontext.schedule(warmup=1, active=1, repeat=2),
+                         sample_interval=0.002, force=True) as prof:
+    for work in (warm, first_cycle, warm, second_cycle):
+        work()
+        prof.step()
+''', timeout=120)
+    assert r.rc == 0, r.describe()
+    doc = report_json(tmp_path, tmp_path / "c.dcprof")
+    assert _inclusive(doc, "first_cycle") >= 0.1
+    assert _inclusive(doc, "second_cycle") >= 0.1
+    assert _inclusive(doc, "warm") == 0.0
+
+
+def test_intra_op_workers_are_measured_in_a_second_session_too(tmp_path):
+    r = run_python(tmp_path, '''
+import torch
+import deepcontext
+torch.set_num_threads(2)
+a = torch.randn(400, 400)
+def matmuls():
+    for _ in range(60):
+        a @ a
+for name in ("one", "two"):
+    with deepcontext.profile(f"{name}.dcprof", sample_interval=0.002, force=True):
+        matmuls()
+''', timeout=180)
+    assert r.rc == 0, r.describe()
+    for name in ("one", "two"):
+        doc = report_json(tmp_path, tmp_path / f"{name}.dcprof")
+        workers = [n for p, n in _nodes(doc) if p[-1] == "worker" and "aten::mm" in p]
+        assert workers, f"{name}: no worker time under aten::mm"
+        assert sum(n["inclusive"]["cpu.time"] for n in workers) > 0.02, name
+
+
+def test_long_c_call_holding_the_gil_loses_no_samples(tmp_path):
+    # One C call (catastrophic regex backtracking) holds the GIL for about a second: the
+    # Python flusher cannot run, so the rings must be drained natively.
+    r = record(tmp_path, '''
+import re, time
+t0 = time.thread_time()
+re.match(r"(a+)+$", "a" * 24 + "b")  # at: the long call
+print(time.thread_time() - t0)
+''', sample=0.002, timeout=120)
+    assert r.rc == 0, r.describe()
+    spent = float(r.out.strip())
+    doc = report_json(tmp_path, tmp_path / "prof.dcprof")
+    line = [n for p, n in _nodes(doc) if n["frame"].get("line") == 4]
+    assert line, doc["tree"]
+    assert doc["metadata"]["dropped_samples"] == 0
+    assert line[0]["inclusive"]["cpu.time"] >= 0.8 * spent, (spent, line[0]["inclusive"])
+
+
+def test_long_file_paths_are_kept_whole(tmp_path):
+    deep = tmp_path
+    for i in range(6):
+        deep = deep / (f"bazel-out-k8-opt-bin-{i}-" + "x" * 40)
+    deep.mkdir(parents=True)
+    (deep / "deep_module.py").write_text(SPIN + "def work():\n    spin(0.3)\n")
+    r = record(tmp_path, f'''
+import sys
+sys.path.insert(0, {str(deep)!r})
+import deep_module
+deep_module.work()
+''', sample=0.002, timeout=120)
+    assert r.rc == 0, r.describe()
+    doc = report_json(tmp_path, tmp_path / "prof.dcprof")
+    files = {n["frame"].get("file") for _, n in _nodes(doc) if n["frame"]["name"] in ("work", "spin")}
+    assert files == {str(deep / "deep_module.py")}, files
+    assert len(str(deep / "deep_module.py")) > 300
