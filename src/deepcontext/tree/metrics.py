@@ -18,6 +18,9 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("cpu.time", "s", "CPU time sampled on this context (per-thread CPU clock)"),
         MetricInfo("op.time", "s", "wall time inside framework operators, measured at entry/exit"),
         MetricInfo("op.count", "count", "operator calls"),
+        MetricInfo("op.first_time", "s", "exclusive wall time of each operator context's first "
+                                         "call (one-time set-up inside it; part of op.time)"),
+        MetricInfo("autograd.nodes", "count", "autograd graph nodes created by forward operators"),
         MetricInfo("gpu.time", "s", "GPU kernel execution time"),
         MetricInfo("gpu.launches", "count", "GPU kernel launches"),
         MetricInfo("memcpy.time", "s", "GPU copy time"),
