@@ -218,10 +218,9 @@ void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData* rd) {
     if (ctx != kIgnored) graph_nodes().put(id, ctx);
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
     uint64_t orig = 0;
-    uint32_t ctx = 0;
-    if (node_id(gd->originalNode, &orig) && graph_nodes().get(orig, &ctx)) graph_nodes().put(id, ctx);
+    if (node_id(gd->originalNode, &orig)) graph_nodes().clone(orig, id);
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING) {
-    graph_nodes().erase(id);  // bounded by the graphs alive, not by every graph ever built
+    graph_nodes().destroyed(id);  // bounded by the graphs alive, not by every graph ever built
   }
 }
 

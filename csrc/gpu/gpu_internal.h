@@ -98,28 +98,54 @@ class CorrelationMap {
 };
 
 // Graph node id -> context node where the node was created (stream capture or explicit add);
-// clones made at instantiation inherit their original's context.
+// clones made at instantiation inherit their original's context. Replayed kernels' records can
+// carry the original node's id even after the captured graph is destroyed (PyTorch destroys it
+// right after instantiation), so an original stays while any clone of it lives: entries go when
+// CUDA destroys the last of them, bounding the map by the graphs alive.
 class GraphNodeMap {
  public:
   void put(uint64_t id, uint32_t node) {
     std::lock_guard<std::mutex> g(mu_);
-    map_[id] = node;
+    map_[id] = Entry{node, 0, 0, false};
+  }
+  void clone(uint64_t original, uint64_t id) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = map_.find(original);
+    if (it == map_.end()) return;
+    ++it->second.clones;
+    map_[id] = Entry{it->second.node, original, 0, false};
   }
   bool get(uint64_t id, uint32_t* node) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(id);
     if (it == map_.end()) return false;
-    *node = it->second;
+    *node = it->second.node;
     return true;
   }
-  void erase(uint64_t id) {
+  void destroyed(uint64_t id) {
     std::lock_guard<std::mutex> g(mu_);
-    map_.erase(id);
+    auto it = map_.find(id);
+    if (it == map_.end()) return;
+    const uint64_t original = it->second.original;
+    if (original == 0 && it->second.clones > 0) {
+      it->second.gone = true;  // its clones' records may still name it
+      return;
+    }
+    map_.erase(it);
+    auto o = map_.find(original);
+    if (original != 0 && o != map_.end() && --o->second.clones == 0 && o->second.gone)
+      map_.erase(o);
   }
 
  private:
+  struct Entry {
+    uint32_t node;
+    uint64_t original;  // 0: an original node
+    uint32_t clones;    // live clones of an original
+    bool gone;          // an original CUDA destroyed while clones lived
+  };
   std::mutex mu_;
-  std::unordered_map<uint64_t, uint32_t> map_;
+  std::unordered_map<uint64_t, Entry> map_;
 };
 
 CorrelationMap& correlations();

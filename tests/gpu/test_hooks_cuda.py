@@ -25,7 +25,9 @@ print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libcudart.so" in
 
 def constant(name: str) -> int:
     tree = ast.parse(PROGRAM.read_text())
-    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+    # eval of the constant's expression only (e.g. `N = 1 << 20`: literal_eval refuses shifts)
+    return next(eval(compile(ast.Expression(n.value), str(PROGRAM), "eval"), {})
+                for n in tree.body if isinstance(n, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
 
 
