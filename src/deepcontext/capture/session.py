@@ -21,7 +21,7 @@ from ..tree.profile_file import ProfileWriter
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "op", "native", "gpu", "memory")
+CONTEXT_LAYERS = ("python", "op", "native", "gpu", "memory", "pc")
 DEFAULT_CONTEXT = ("python", "op", "gpu")
 
 _active: Session | None = None
