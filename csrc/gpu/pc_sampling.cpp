@@ -56,24 +56,28 @@ namespace dc {
 namespace pc {
 namespace {
 
-constexpr size_t kPcsPerRead = 4096;  // PC records per read buffer
+constexpr size_t kPcsPerRead = 4096;     // PC records per cuptiPCSamplingGetData
+constexpr size_t kPcsConfigured = 16384; // the buffer CUPTI fills until disable (continuous mode
+                                         // reads nothing earlier): every distinct PC of the run
 
-// One read buffer in CUPTI's parsed format: kPcsPerRead PCs, each with room for every reason.
+// One buffer in CUPTI's parsed format: `capacity` PCs, each with room for every reason.
 struct Buffer {
   CUpti_PCSamplingData data{};
   std::vector<CUpti_PCSamplingPCData> pcs;
   std::vector<CUpti_PCSamplingStallReason> stalls;
-  void init(size_t reasons) {
-    pcs.assign(kPcsPerRead, CUpti_PCSamplingPCData{});
-    stalls.assign(kPcsPerRead * reasons, CUpti_PCSamplingStallReason{});
-    for (size_t i = 0; i < kPcsPerRead; ++i) {
+  size_t capacity = 0;
+  void init(size_t reasons, size_t count) {
+    capacity = count;
+    pcs.assign(count, CUpti_PCSamplingPCData{});
+    stalls.assign(count * reasons, CUpti_PCSamplingStallReason{});
+    for (size_t i = 0; i < count; ++i) {
       pcs[i].size = sizeof(CUpti_PCSamplingPCData);
       pcs[i].stallReasonCount = reasons;
       pcs[i].stallReason = &stalls[i * reasons];
     }
     data = CUpti_PCSamplingData{};
     data.size = sizeof(CUpti_PCSamplingData);
-    data.collectNumPcs = kPcsPerRead;
+    data.collectNumPcs = count;
     data.pPcData = pcs.data();
   }
 };
@@ -139,7 +143,8 @@ std::string demangle(const char* name) {
 }
 
 // Folds one read buffer into the counts (mu held).
-void fold(ContextState& c, CUpti_PCSamplingData& d, const char* where) {
+void fold(ContextState& c, Buffer& b, const char* where) {
+  CUpti_PCSamplingData& d = b.data;
   State& s = S();
   s.total += d.totalSamples;
   s.dropped += d.droppedSamples;
@@ -149,7 +154,7 @@ void fold(ContextState& c, CUpti_PCSamplingData& d, const char* where) {
          std::to_string(d.remainingNumPcs) + " remaining" +
          (d.hardwareBufferFull ? ", hardware buffer full" : ""), CUPTI_SUCCESS);
   }
-  size_t n = std::min(d.totalNumPcs, size_t(kPcsPerRead));
+  size_t n = std::min(d.totalNumPcs, b.capacity);
   for (size_t i = 0; i < n; ++i) {
     const CUpti_PCSamplingPCData& p = d.pPcData[i];
     uint32_t node = gpu::kIgnored;
@@ -192,7 +197,7 @@ void read_all(CUcontext ctx, ContextState& c, const char* where) {
     }
     bool more = c.read.data.remainingNumPcs > 0;
     bool any = c.read.data.totalNumPcs > 0;
-    fold(c, c.read.data, where);
+    fold(c, c.read, where);
     if (!more || !any) return;
   }
 }
@@ -252,8 +257,8 @@ void enable_on(CUcontext ctx, ContextState& c) {
     c.reason_index[slot] = index[i];
   }
 
-  c.configured.init(c.reasons);
-  c.read.init(c.reasons);
+  c.configured.init(c.reasons, kPcsConfigured);
+  c.read.init(c.reasons, kPcsPerRead);
   CUpti_PCSamplingConfigurationInfo info[5] = {};
   info[0].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_STALL_REASON;
   info[0].attributeData.stallReasonData.stallReasonCount = c.reasons;
@@ -353,7 +358,7 @@ void stop() {
     dp.ctx = kv.first;
     CUptiResult r = gpu::cupti().cuptiPCSamplingDisable(&dp);
     note("cuptiPCSamplingDisable", r);
-    fold(c, c.configured.data, "configured buffer after disable");
+    fold(c, c.configured, "configured buffer after disable");
     c.enabled = false;
   }
   S().contexts.clear();
