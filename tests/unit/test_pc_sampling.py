@@ -28,13 +28,15 @@ def test_parse_nvdisasm_gives_each_pc_its_sass_and_line():
     funcs = pc.parse_nvdisasm(NVDISASM_OUT.read_text())
     assert list(funcs) == ["hot_loop"]
     ins = funcs["hot_loop"]
-    assert len(ins) == 168
-    assert ins[0] == pc.Instruction(0, "LDC R1, c[0x0][0x28]", "tests/gpu/programs/hot_loop.cu", 5)
-    assert ins[0x10].sass == "S2R R8, SR_CTAID.X" and ins[0x10].line == 6
+    assert len(ins) == 80 and sorted(ins) == list(range(0, 80 * 16, 16))  # Hopper: 16 B each
+    kernel_line = HOT_LINE - 5  # the `extern "C" __global__ void hot_loop(` line
+    assert ins[0] == pc.Instruction(0, "LDC R1, c[0x0][0x28]", "tests/gpu/programs/hot_loop.cu",
+                                    kernel_line)
+    assert ins[0x10] == pc.Instruction(0x10, "S2R R4, SR_CTAID.X", ins[0].file, kernel_line + 1)
     loads = [i for i in ins.values() if i.sass.startswith("LDG")]
-    assert loads and {i.line for i in loads} == {HOT_LINE}
-    assert max(set(i.line for i in ins.values()), key=[i.line for i in ins.values()].count) == HOT_LINE
-    assert all(not i.sass.endswith(";") for i in ins.values())
+    assert len(loads) == 5 and {i.line for i in loads} == {HOT_LINE}  # unrolled 4x + remainder
+    assert sum(i.line == HOT_LINE for i in ins.values()) == 25
+    assert all(not i.sass.endswith(";") and i.sass for i in ins.values())
 
 
 def test_parse_nvdisasm_keeps_functions_apart_and_takes_innermost_inlined_line():
