@@ -110,6 +110,7 @@ struct State {
   std::map<Key, std::vector<uint64_t>> counts;       // per slot, + total at the end
   std::unordered_map<uint64_t, std::string> cubins;
   uint64_t total = 0, dropped = 0, non_user = 0, ignored = 0;
+  std::atomic<uint64_t> crc_failures{0};
   std::vector<std::string> log;
   std::map<std::string, int> log_count;  // repeated messages are logged a few times only
 };
@@ -119,10 +120,20 @@ State& S() {
   return *s;
 }
 
+// CUPTI's answers for the profile (bounded: serialized mode reads after every kernel).
 void note(const std::string& what, CUptiResult r) {
   std::string line = what + ": " + (r == CUPTI_SUCCESS ? std::string("ok") : gpu::result_name(r));
-  if (++S().log_count[line] <= 3) S().log.push_back(line);
+  if (++S().log_count[line] <= 3 && S().log.size() < 200) S().log.push_back(line);
 }
+
+// Set while this thread is inside a PC sampling call, so a callback CUPTI might raise from
+// within it (a module load, a launch) does not take S().mu again.
+thread_local bool t_busy = false;
+struct Busy {
+  Busy() { t_busy = true; }
+  ~Busy() { t_busy = false; }
+};
+std::mutex g_cubin_mu;  // the cubins, apart from S().mu: module loads never wait on a read
 
 std::string short_reason(const char* name) {
   std::string s = name ? name : "?";
@@ -325,14 +336,15 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
     r = gpu::cupti().cuptiGetCubinCrc(&p);
     crc = p.cubinCrc;
   }
-  std::lock_guard<std::mutex> g(S().mu);
-  note("cuptiGetCubinCrc", r);
+  std::lock_guard<std::mutex> g(g_cubin_mu);
+  if (r != CUPTI_SUCCESS) ++S().crc_failures;
   if (r == CUPTI_SUCCESS && !S().cubins.count(crc))
     S().cubins.emplace(crc, std::string(m->pCubin, m->cubinSize));
 }
 
 void on_launch(bool enter, CUcontext ctx) {
-  if (!active() || ctx == nullptr || !have_api()) return;
+  if (!active() || ctx == nullptr || t_busy || !have_api()) return;
+  Busy busy;
   std::lock_guard<std::mutex> g(S().mu);
   auto it = S().contexts.find(ctx);
   if (it == S().contexts.end()) {
@@ -348,6 +360,7 @@ void on_launch(bool enter, CUcontext ctx) {
 
 void stop() {
   if (!active() || !have_api()) return;
+  Busy busy;
   std::lock_guard<std::mutex> g(S().mu);
   for (auto& kv : S().contexts) {
     ContextState& c = *kv.second;
@@ -384,12 +397,17 @@ Collected take() {
     }
     c.records.push_back(std::move(r));
   }
-  c.cubins = s.cubins;
+  {
+    std::lock_guard<std::mutex> gc(g_cubin_mu);
+    c.cubins = s.cubins;
+  }
+  if (uint64_t f = s.crc_failures.exchange(0))
+    c.log.push_back("cuptiGetCubinCrc failed for " + std::to_string(f) + " modules");
   c.total_samples = s.total;
   c.dropped_samples = s.dropped;
   c.non_user_samples = s.non_user;
   c.ignored_records = s.ignored;
-  c.log = s.log;
+  c.log.insert(c.log.begin(), s.log.begin(), s.log.end());
   s.counts.clear();
   s.total = s.dropped = s.non_user = s.ignored = 0;
   s.log.clear();
