@@ -125,7 +125,7 @@ def test_settings_from_env_reject_bad_values_in_one_line():
 def test_folded_into_the_native_tree_the_stall_rule_reads_it():
     # In a child: the native tree is process-wide and this test adds nodes to it.
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            "import test_pc_sampling as t; t.check_native_fold(); print('ok')")
+            "import test_pc_layer as t; t.check_native_fold(); print('ok')")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "ok\n", p.stderr[-3000:]
 
