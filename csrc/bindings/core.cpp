@@ -16,6 +16,7 @@
 #include "../cct/tree.h"
 #include "../gpu/gpu.h"
 #include "../hooks/hooks.h"
+#include "../gpu/pc_sampling.h"
 #include "../memory/memory.h"
 #include "../perf/perf_counters.h"
 #include "deepcontext/c_api.h"
@@ -241,6 +242,34 @@ NB_MODULE(_core, m) {
   }, "Which unwinder and line reader this process uses.");
   m.def("native_add_self_object", &dc::native::add_self_object, "address"_a,
         "Hide the frames of the object (shared library) that maps `address`, e.g. the torch hook.");
+  m.def("pc_configure", &dc::pc::configure, "on"_a, "period_log2"_a = 0, "mode"_a = "continuous",
+        "Turn PC sampling on or off (before gpu_start).");
+  m.def("pc_take", [] {
+    dc::pc::Collected c = dc::pc::take();
+    nb::dict out;
+    out["mode"] = c.mode;
+    out["period_log2"] = c.period_log2;
+    out["reasons"] = c.reasons;
+    nb::list records;
+    for (const auto& r : c.records) {
+      nb::dict stalls;
+      for (auto [slot, n] : r.stalls) stalls[nb::int_(slot)] = n;
+      records.append(nb::make_tuple(r.cubin_crc, r.function, r.mangled, r.pc_offset,
+                                    r.context_node == 0xFFFFFFFFu ? -1 : int64_t(r.context_node),
+                                    stalls));
+    }
+    out["records"] = records;
+    nb::dict cubins;
+    for (const auto& [crc, bytes] : c.cubins) cubins[nb::int_(crc)] = nb::bytes(bytes.data(), bytes.size());
+    out["cubins"] = cubins;
+    out["total_samples"] = c.total_samples;
+    out["dropped_samples"] = c.dropped_samples;
+    out["non_user_samples"] = c.non_user_samples;
+    out["ignored_records"] = c.ignored_records;
+    out["log"] = c.log;
+    return out;
+  }, "PC samples collected (after gpu_stop): reasons, (crc, function, mangled, pc, node, "
+     "{slot: samples}) records, cubins by CRC, counters and CUPTI's answers at each step.");
   m.attr("c_api") = nb::capsule(&g_api, DC_API_CAPSULE);
   m.attr("API_VERSION") = DC_API_VERSION;
 

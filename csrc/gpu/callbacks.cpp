@@ -10,6 +10,7 @@
 #include "../cct/tree.h"
 #include "deepcontext/c_api.h"
 #include "gpu_internal.h"
+#include "pc_sampling.h"
 
 namespace dc {
 namespace gpu {
@@ -177,6 +178,9 @@ void on_api(int domain_index, CUpti_CallbackId cbid, const CUpti_CallbackData* c
     s = ApiScope{};
     s.generation = gen;
   }
+  // PC sampling (off by default: one relaxed load). Both the runtime launch and its nested driver
+  // launch come here; the first with a context enables sampling on it.
+  if (cls == kLaunch && pc::active()) pc::on_launch(cb->callbackSite == CUPTI_API_ENTER, cb->context);
   if (cb->callbackSite == CUPTI_API_ENTER) {
     if (s.depth++ == 0) {
       s.cls = cls;
@@ -244,6 +248,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
     on_api(1, cbid, static_cast<const CUpti_CallbackData*>(data));
   } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED)
+      return pc::on_module_loaded(static_cast<const CUpti_ResourceData*>(data));
     on_resource(cbid, static_cast<const CUpti_ResourceData*>(data));
   }
 }

@@ -5,7 +5,7 @@
 # Without headers (or with -DDEEPCONTEXT_GPU=OFF) a stub says why GPU capture is off.
 option(DEEPCONTEXT_GPU "Compile CUPTI-based GPU capture when CUPTI headers are found" ON)
 
-set(DC_GPU_SOURCES csrc/gpu/gpu_stub.cpp)
+set(DC_GPU_SOURCES csrc/gpu/gpu_stub.cpp csrc/gpu/pc_sampling.cpp)
 set(DC_GPU_INCLUDES "")
 set(DC_GPU_DEFINITIONS "")
 set(DC_GPU_LIBS "")
@@ -55,7 +55,8 @@ if(DEEPCONTEXT_GPU)
       csrc/gpu/cupti_loader.cpp
       csrc/gpu/callbacks.cpp
       csrc/gpu/activity.cpp
-      csrc/gpu/gpu.cpp)
+      csrc/gpu/gpu.cpp
+      csrc/gpu/pc_sampling.cpp)
     set(DC_GPU_INCLUDES "${DC_CUPTI_INCLUDE}" "${DC_CUDA_INCLUDE}")
     set(DC_GPU_DEFINITIONS DC_HAVE_CUPTI=1)
   else()

@@ -7,6 +7,7 @@
 #include "../cct/capture.h"
 #include "gpu.h"
 #include "gpu_internal.h"
+#include "pc_sampling.h"
 
 namespace dc {
 
@@ -122,6 +123,7 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
     return fail("cuptiSubscribe", r);
   }
   if ((r = gpu::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling CUPTI callbacks", r);
+  if ((r = pc::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling module callbacks", r);
   // Registered again at every start: another client (torch.profiler) may have replaced ours.
   r = api.cuptiActivityRegisterCallbacks(gpu::on_buffer_requested, gpu::on_buffer_completed);
   if (r != CUPTI_SUCCESS && !g_registered_once) return fail("cuptiActivityRegisterCallbacks", r);
@@ -141,6 +143,7 @@ void gpu_stop(double wait_s) {
   std::lock_guard<std::mutex> g(g_life_mu);
   if (!g_active) return;
   flush_locked(wait_s);
+  pc::stop();  // reads the PC samples left, while CUPTI and the contexts are still there
   gpu::CuptiApi& api = gpu::cupti();
   disable_all();
   api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);

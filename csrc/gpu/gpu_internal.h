@@ -5,6 +5,7 @@
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
+#include <cupti_pcsampling.h>
 #include <cupti_result.h>
 #include <cupti_runtime_cbid.h>
 #include <cupti_version.h>
@@ -28,7 +29,10 @@ namespace gpu {
   X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable) X(cuptiActivityDisable)           \
   X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) \
   X(cuptiGetResultString) X(cuptiGetVersion)
-#define DC_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetGraphNodeId) X(cuptiActivityFlushPeriod)
+#define DC_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetGraphNodeId) X(cuptiActivityFlushPeriod) \
+  X(cuptiPCSamplingEnable) X(cuptiPCSamplingDisable) X(cuptiPCSamplingGetData)                \
+  X(cuptiPCSamplingGetNumStallReasons) X(cuptiPCSamplingGetStallReasons)                      \
+  X(cuptiPCSamplingSetConfigurationAttribute) X(cuptiGetCubinCrc)
 
 struct CuptiApi {
   void* handle = nullptr;

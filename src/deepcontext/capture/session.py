@@ -24,7 +24,7 @@ from .hooks import HookSpec, hooks_from_config
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu", "memory", "jax")
+CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu", "memory", "jax", "pc")
 DEFAULT_CONTEXT = ("python", "module", "op", "gpu", "jax")
 
 _active: Session | None = None

@@ -29,8 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="profile file to write (default: <program>.dcprof, never overwriting)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--context", default=None,
-                   help="layers in each context: python,module,op,native,gpu,memory,jax "
+                   help="layers in each context: python,module,op,native,gpu,memory,jax,pc "
                         "(default python,module,op,gpu,jax)")
+    p.add_argument("--pc-kernels", metavar="REGEX",
+                   help="pc layer: keep PC samples only of kernels whose name matches REGEX")
+    p.add_argument("--pc-mode", choices=("continuous", "serialized"),
+                   help="pc layer: continuous (default) or serialized (kernels one at a time; "
+                        "samples joined to their exact launch context)")
+    p.add_argument("--pc-period", type=int, metavar="LOG2",
+                   help="pc layer: sample every 2^LOG2 cycles (5-31; default CUPTI's)")
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="write the profile every SECONDS (default 10) so a killed run keeps data")
     p.add_argument("--sample-interval", type=float, default=0.01, metavar="SECONDS",
@@ -110,6 +117,18 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "perf": bool(args.perf),
     }
     env = dict(os.environ)
+    pc_options = {"DEEPCONTEXT_PC_KERNELS": args.pc_kernels, "DEEPCONTEXT_PC_MODE": args.pc_mode,
+                  "DEEPCONTEXT_PC_PERIOD": None if args.pc_period is None else str(args.pc_period)}
+    env.update({k: v for k, v in pc_options.items() if v is not None})
+    if "pc" in context:
+        from ..capture.pc import Settings
+
+        try:
+            Settings.from_env(env)
+        except ValueError as e:
+            raise DeepContextError(str(e)) from None
+    elif any(v is not None for v in pc_options.values()):
+        raise DeepContextError("--pc-kernels/--pc-mode/--pc-period need pc in --context")
     env["DEEPCONTEXT_RECORD"] = json.dumps(config)
     env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *filter(None, [env.get("PYTHONPATH")])])
     return command, env

@@ -72,6 +72,13 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     if _state["init"]:
         raise DeepContextError("the deepcontext monitor is already initialized in this process")
     core = _core()
+    if "pc" in context:
+        from ..capture import pc
+
+        try:
+            _state["pc_settings"] = pc.Settings.from_env()
+        except ValueError as e:
+            raise DeepContextError(str(e)) from None
     _state["torch_tier"] = None
     _state["notes"] = []
     _state["jax"] = None  # a previous session's layer was stopped by finalize
@@ -103,7 +110,11 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
         from ..capture.import_hooks import when_imported
 
         when_imported("jax", _enable_jax)
-    if "gpu" in context:
+    if "pc" in context:
+        from ..capture import pc
+
+        pc.configure(core, _state["pc_settings"])
+    if "gpu" in context or "pc" in context:
         reason = gpu.start(core)
         if reason:
             note(reason)
@@ -332,6 +343,11 @@ def metadata() -> dict[str, Any]:
     if _state.get("torch_tier"):
         meta["torch"] = _state.get("torch_version")
         meta["op_tier"] = _state["torch_tier"]
+    if "pc" in (_state.get("context") or ()):
+        from ..capture import pc
+
+        if (summary := pc.summary()) is not None:
+            meta["pc"] = summary
     if "memory" in (_state.get("context") or ()):
         meta["memory"] = {"devices": list(core.memory_devices()), **core.memory_footprint()}
     return meta
@@ -345,6 +361,10 @@ def finalize() -> None:
     if layer is not None:
         layer.stop()  # before capture stops: the final capture is folded while nodes are valid
     gpu.stop(core)
+    if "pc" in (_state.get("context") or ()):
+        from ..capture import pc
+
+        pc.finish(core)  # instruction frames join the tree before the final snapshot
     core.stop()
     core.memory_stop()
     if _state["memory"] is not None:
