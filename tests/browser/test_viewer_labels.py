@@ -80,9 +80,9 @@ def test_the_notebook_display_draws_the_viewer_in_its_iframe(browser, tmp_path):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(out.as_uri())
         frame = page.frame_locator("iframe.deepcontext-flame")
-        frame.locator("#dc-canvas").wait_for()
+        frame.locator("#dc-canvas").wait_for(timeout=120_000)  # a loaded 2-core CI machine
         inner = page.frames[1]
-        inner.wait_for_function("() => window.deepcontextViewer !== undefined")
+        inner.wait_for_function("() => window.deepcontextViewer !== undefined", timeout=120_000)
         assert inner.evaluate("() => window.deepcontextViewer.nodeCount()") == len(labelled_tree())
         assert len(inner.evaluate("() => window.deepcontextViewer.drawn()")) == len(labelled_tree())
         assert page.locator("pre.deepcontext-findings").text_content().startswith(
