@@ -58,11 +58,14 @@ def nvcc() -> str:
 @pytest.fixture(scope="module")
 def hot_lib(tmp_path_factory) -> Path:
     lib = tmp_path_factory.mktemp("pc_lib") / "libhot_loop.so"
-    cmd = [nvcc(), "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-arch=native", "-o", str(lib),
-           str(PROGRAMS / "hot_loop.cu")]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stderr[-2000:]}"
-    return lib
+    for arch in ("-arch=native", "-arch=sm_90"):  # native: the GPU here (H200: sm_90)
+        cmd = [nvcc(), "-shared", "-Xcompiler", "-fPIC", "-lineinfo", arch, "-o", str(lib),
+               str(PROGRAMS / "hot_loop.cu")]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        say(f"$ {' '.join(cmd)}\nrc={p.returncode} {p.stderr[-1000:]}")
+        if p.returncode == 0:
+            return lib
+    pytest.fail(f"nvcc could not build hot_loop.cu: {p.stderr[-2000:]}")
 
 
 def describe(label: str, tree: CallingContextTree, meta: dict, wall: float) -> None:
@@ -114,18 +117,36 @@ def record(tmp: Path, label: str, context: str, program: list[str], *opts: str,
     return tree, tree.metadata
 
 
+CUDA_RUNS = {"default": ("python,op,gpu", ()),
+             "continuous": ("python,op,gpu,pc", ()),
+             "serialized": ("python,op,gpu,pc", ("--pc-mode", "serialized")),
+             "filtered": ("python,op,gpu,pc", ("--pc-kernels", "^nomatch$", "--pc-period", "14"))}
+
+
+class CudaRuns:
+    """Each recording made once, at first use: one failing mode leaves the others' tests be."""
+
+    def __init__(self, lib: Path, tmp: Path):
+        self.lib, self.tmp, self.done = lib, tmp, {}
+
+    def __getitem__(self, label: str) -> tuple[CallingContextTree, dict]:
+        if label not in self.done:
+            context, opts = CUDA_RUNS[label]
+            try:
+                self.done[label] = record(self.tmp, label, context,
+                                          [str(PROGRAMS / "pc_hot_loop.py"), str(self.lib)],
+                                          *opts, stdout="pc_hot_loop done\n")
+            except BaseException as e:  # noqa: BLE001 - reported by every test that needs it
+                self.done[label] = e
+        got = self.done[label]
+        if isinstance(got, BaseException):
+            pytest.fail(f"the {label} recording failed: {got}"[:4000])
+        return got
+
+
 @pytest.fixture(scope="module")
 def cuda_runs(hot_lib, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pc_cuda")
-    prog = [str(PROGRAMS / "pc_hot_loop.py"), str(hot_lib)]
-    runs = {}
-    for label, context, opts in [("default", "python,op,gpu", ()),
-                                 ("continuous", "python,op,gpu,pc", ()),
-                                 ("serialized", "python,op,gpu,pc", ("--pc-mode", "serialized")),
-                                 ("filtered", "python,op,gpu,pc", ("--pc-kernels", "^nomatch$",
-                                                                   "--pc-period", "14"))]:
-        runs[label] = record(tmp, label, context, prog, *opts, stdout="pc_hot_loop done\n")
-    return runs
+    return CudaRuns(hot_lib, tmp_path_factory.mktemp("pc_cuda"))
 
 
 def instructions(tree: CallingContextTree, kernel: str) -> list:

@@ -276,8 +276,10 @@ def finish(core: Any) -> dict[str, Any] | None:
             problems.append(why)
         for fn, ins in funcs.items():
             sass.setdefault(fn, {}).update(ins)  # (function, pc offset) as the key, as CUPTI's
-    placements, counts = fold(got["records"], got["reasons"], kernel_nodes(core.snapshot()),
-                              sass, settings.kernels)
+    kernels = kernel_nodes(core.snapshot())
+    placements, counts = fold(got["records"], got["reasons"], kernels, sass, settings.kernels)
+    known = {k.name for k in kernels}
+    unmatched = sorted({r[1] for r in got["records"] if r[1] not in known and r[2] not in known})
     apply(core, placements)
     summary = {
         "mode": settings.mode, "period_log2": settings.period_log2 or "default",
@@ -287,6 +289,7 @@ def finish(core: Any) -> dict[str, Any] | None:
         "paused_records": got["ignored_records"],
         "samples_exact": counts["exact"], "samples_split": counts["split"],
         "samples_unmatched": counts["unmatched"], "samples_filtered": counts["filtered"],
+        "unmatched_kernels": [n[:120] for n in unmatched[:5]],
         "split": SPLIT_METHOD,
         "kernel_filter": settings.kernels.pattern if settings.kernels else "",
         "cubins": len(got["cubins"]), "nvdisasm": tool or "not found (no SASS or source lines)",
