@@ -22,8 +22,9 @@ for _ in range(20):
 CELLS = [
     "%load_ext deepcontext\nimport torch  # imported before, so the profiles hold the model only",
     # no CPU sampler: the report's metric is then op.time, exact, whatever the machine's load
-    "%%deepcontext -o magic.dcprof --sample-interval 0\n" + MODEL,
-    "import deepcontext\nwith deepcontext.profile('api.dcprof', sample_interval=0):\n"
+    "%%deepcontext -o magic.dcprof --context python,module,op --sample-interval 0\n" + MODEL,
+    "import deepcontext\nwith deepcontext.profile('api.dcprof', context='python,module,op', "
+    "sample_interval=0):\n"
     "    for _ in range(20):\n        net(torch.randn(8, 16)).sum().backward()",
     "%%deepcontext --bogus\npass",
 ]

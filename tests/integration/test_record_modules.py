@@ -22,7 +22,7 @@ def module(name: str, cls: str) -> Frame:
 @pytest.fixture(scope="module")
 def nested(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nested")
-    proc, out = record(tmp, PROG, str(STEPS))
+    proc, out = record(tmp, PROG, str(STEPS), options=("--context", "python,module,op"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"done {STEPS}\n"
     return views.user_frames(loaded(out))
@@ -127,7 +127,7 @@ def test_hooks_are_removed_when_the_session_stops(tmp_path):
     code = ("import torch, deepcontext\n"
             "from torch.nn.modules import module as m\n"
             "before = (len(m._global_forward_pre_hooks), len(m._global_forward_hooks))\n"
-            f"with deepcontext.profile({str(tmp_path / 'a.dcprof')!r}):\n"
+            f"with deepcontext.profile({str(tmp_path / 'a.dcprof')!r}, context='python,module,op'):\n"
             "    during = (len(m._global_forward_pre_hooks), len(m._global_forward_hooks))\n"
             "after = (len(m._global_forward_pre_hooks), len(m._global_forward_hooks))\n"
             "print(before, during, after)\n")
@@ -139,7 +139,7 @@ def test_hooks_are_removed_when_the_session_stops(tmp_path):
 def test_compiled_models_see_no_hook_and_no_graph_break(tmp_path):
     code = ("import torch, deepcontext\n"
             "net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
-            f"with deepcontext.profile({str(tmp_path / 'c.dcprof')!r}):\n"
+            f"with deepcontext.profile({str(tmp_path / 'c.dcprof')!r}, context='python,module,op'):\n"
             "    fn = torch.compile(net, backend='eager', fullgraph=True)\n"
             "    print(fn(torch.ones(2, 4)).shape)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -169,7 +169,7 @@ GPT2_MODULES = {
 def gpt2(tmp_path_factory):
     pytest.importorskip("transformers")
     tmp = tmp_path_factory.mktemp("gpt2")
-    proc, out = record(tmp, "gpt2_config.py", "2")
+    proc, out = record(tmp, "gpt2_config.py", "2", options=("--context", "python,module,op"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "done 2\n"
     return views.user_frames(loaded(out))

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--context", default=None,
                    help="layers in each context: python,module,op,native,gpu,memory,jax,pc "
-                        "(default python,module,op,gpu,jax)")
+                        "(default python,op,gpu,jax; module is opt-in)")
     p.add_argument("--pc-kernels", metavar="REGEX",
                    help="pc layer: keep PC samples only of kernels whose name matches REGEX")
     p.add_argument("--pc-mode", choices=("continuous", "serialized"),
