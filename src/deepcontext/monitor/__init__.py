@@ -282,12 +282,16 @@ def checkpoint_metrics() -> None:
     """A warm-up begins: save the metrics (earlier active cycles) it must not touch."""
     gpu.flush(_core())
     _core().checkpoint_metrics()
+    if _state["jax"] is not None:
+        _state["jax"].checkpoint()
 
 
 def rollback_metrics() -> None:
     """A warm-up ends: its metrics are discarded, the saved ones restored."""
     gpu.flush(_core())  # warm-up kernels already finished are discarded with the rest
     _core().rollback_metrics()
+    if _state["jax"] is not None:
+        _state["jax"].rollback()
 
 
 def resolve() -> None:

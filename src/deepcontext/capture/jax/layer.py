@@ -61,6 +61,7 @@ class JaxLayer:
         self._lock = threading.RLock()  # the session and the contributions
         self._fold_lock = threading.Lock()  # one fold at a time (its own state is unshared)
         self._charges: dict[Key, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._saved: dict[Key, dict[str, float]] = {}  # contributions before a warm-up began
         self._modules: dict[int, HloModule | None] = {}
         self._labels: dict[int, str] = {}  # id(module) -> jit(f)
         self._instructions: set[str] = set()  # instruction names of every known module
@@ -183,6 +184,27 @@ class JaxLayer:
         with self._lock:
             self._drop_session()
             self._charges.clear()
+            if self.on():
+                self._start_session()
+
+    def checkpoint(self) -> None:
+        """A warm-up begins: fold what ran so far (earlier active cycles) and save it."""
+        if self._forked():
+            return
+        self.collect()
+        with self._fold_lock, self._lock:
+            self._saved = {k: dict(v) for k, v in self._charges.items()}
+
+    def rollback(self) -> None:
+        """A warm-up ends: what it captured is dropped and the saved contributions restored."""
+        if self._forked():
+            return
+        with self._fold_lock, self._lock:
+            self._drop_session()
+            self._charges.clear()
+            for k, v in self._saved.items():
+                self._charges[k].update(v)
+            self._saved = {}
             if self.on():
                 self._start_session()
 
