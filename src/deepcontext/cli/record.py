@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..capture.ranks import check_outputs_free
 from ..capture.session import default_output, parse_context, per_rank
 from ..errors import DeepContextError
 from ..tree.profile_file import check_writable
@@ -101,6 +102,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # One file per rank in a multi-rank job: no two processes ever write one path.
     output = per_rank(args.output) if args.output else default_output(_program_stem(command))
     check_writable(output, force=args.force)
+    check_outputs_free(output, force=args.force)  # the per-rank files of a launched job
     config = {
         "output": str(output.absolute()),
         "context": list(context),
