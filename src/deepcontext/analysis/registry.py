@@ -17,7 +17,7 @@ from .rule import Rule
 
 ENTRY_POINT_GROUP = "deepcontext.rules"
 _BUILTIN_MODULES = ("hotspot", "kernel_fusion", "cpu_latency", "sync", "memcpy", "layout",
-                    "serialization", "precision", "optimizer", "dataloader", "gpu_stall")
+                    "serialization", "precision", "optimizer", "dataloader", "gpu_stall", "distributed")
 
 
 def builtin_rules() -> list[Rule]:

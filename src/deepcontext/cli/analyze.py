@@ -12,12 +12,14 @@ from ..analysis.finding import SEVERITIES
 from ..errors import DeepContextError
 from ..render.findings import FindingsReport, render, renderers
 from ..tree.profile_file import check_writable, load
+from ..tree.merge import select_rank
 
 HELP = "find what to fix: ranked findings with evidence, your source line and a concrete fix"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="a .dcprof profile")
+    p.add_argument("--rank", type=int, metavar="N", help="one rank's own values of a merged multi-rank profile")
     p.add_argument("--format", choices=sorted(renderers()), default="text")
     p.add_argument("--rules", action="append", default=[], metavar="FILE.py",
                    help="also run the rules defined in FILE.py (Rule subclasses or a RULES "
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.file:
         raise DeepContextError("analyze needs a profile file (see: deepcontext analyze --help)")
     out = check_writable(args.output, force=True) if args.output else None
-    tree = load(args.file)
+    tree = select_rank(load(args.file), args.rank)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         findings = analyze(tree, rules=rules, min_severity=args.min_severity)

@@ -12,12 +12,14 @@ from ..errors import DeepContextError
 from ..render import json_tree, text
 from ..tree import views
 from ..tree.profile_file import load
+from ..tree.merge import select_rank
 
 HELP = "print a profile's calling context tree (top-down, inverted or flat; text or JSON)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dcprof profile")
+    p.add_argument("--rank", type=int, metavar="N", help="one rank's own values of a merged multi-rank profile")
     p.add_argument("--metric", help="metric to rank by (default: gpu.time if present, else cpu.time)")
     p.add_argument("--depth", type=int, help="show at most this many levels")
     p.add_argument("--threshold", type=float, default=None,
@@ -49,7 +51,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     validate(args)
-    tree = load(args.file)
+    tree = select_rank(load(args.file), args.rank)
     metric = args.metric or tree.default_metric()
     if args.metric and args.metric not in tree.metric_names():
         have = ", ".join(tree.metric_names()) or "none"

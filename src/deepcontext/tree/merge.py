@@ -60,3 +60,18 @@ def _rank_entry(tree: CallingContextTree, source: str) -> dict[str, Any]:
     return {"rank": rank_of(tree), "file": source, "host": m.get("host"), "pid": m.get("pid"),
             "local_rank": m.get("local_rank"), "complete": m.get("complete") is True,
             "start_time": m.get("start_time"), "end_time": m.get("end_time")}
+
+
+def select_rank(tree: CallingContextTree, rank: int | None) -> CallingContextTree:
+    """``--rank N`` of report, analyze, view and diff: that rank's own values of a merged job."""
+    if rank is None:
+        return tree
+    if rank_of(tree) == rank:
+        return tree
+    if rank not in tree.rank_metrics:
+        from ..errors import DeepContextError
+
+        have = ",".join(map(str, tree.ranks())) or "none (not a merged multi-rank profile)"
+        raise DeepContextError(f"--rank {rank}: this profile has no values of rank {rank} "
+                               f"(ranks: {have})")
+    return tree.rank_view(rank)
