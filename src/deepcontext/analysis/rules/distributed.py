@@ -139,9 +139,11 @@ class BlockingCollectiveRule(Rule):
             node = ctx.tree.nodes[c]
             if ctx.owner[c] <= 0 or ctx.in_backward[c] or not node.frame.name.startswith(_COLLECTIVE_OPS):
                 continue
-            if any(ctx.tree.nodes[a].frame.name.startswith("autograd::engine::")
-                   for a in ctx.ancestors(node.parent)):
+            above = [ctx.tree.nodes[a].frame.name for a in ctx.ancestors(node.parent)]
+            if any(n.startswith("autograd::engine::") for n in above):
                 continue  # DDP's bucket all-reduces: launched during backward, overlapped
+            if any(n.endswith("__init__") for n in above):
+                continue  # set-up (DDP/FSDP broadcasting the initial weights): once per run
             t = max(ctx.inc("op.time")[c], ctx.inc("gpu.time")[c])
             prev = spent.get(ctx.owner[c], (0.0, 0.0))
             spent[ctx.owner[c]] = (prev[0] + t, prev[1] + ctx.count(c))
