@@ -163,37 +163,32 @@ def start_launched_rank(config: dict[str, Any]) -> None:
         RankSession(rank_path(config["output"], rank), config, rank, _int_env("WORLD_SIZE")).start()
 
 
-def start_at_init_process_group(config: dict[str, Any]) -> None:
-    """A spawned child (mp.spawn): it becomes a rank when it joins a process group, so start
-    profiling then, named by the rank the group gives it. Children that never join stay
-    unprofiled and write nothing."""
-    from .import_hooks import when_imported
+def start_at_init_process_group(c10d: Any, config: dict[str, Any]) -> None:
+    """A spawned child (mp.spawn) becomes a rank when it joins a process group: start profiling
+    then, named by the rank the group gives it. ``c10d`` is torch.distributed.distributed_c10d,
+    just imported (the bootstrap waits for it); children that never join stay unprofiled."""
+    original = getattr(c10d, "_update_default_pg", None)
+    if original is None:
+        return
 
-    def hook(c10d: Any) -> None:
-        original = getattr(c10d, "_update_default_pg", None)
-        if original is None:
+    def _update_default_pg(pg: Any) -> None:
+        original(pg)
+        if getattr(_update_default_pg, "started", False) or pg is None:
             return
+        try:
+            rank, size = int(pg.rank()), int(pg.size())
+        except Exception:  # noqa: BLE001 - e.g. a non-member placeholder group
+            return
+        if rank < 0:
+            return
+        _update_default_pg.started = True  # type: ignore[attr-defined]
+        try:
+            RankSession(rank_path(config["output"], rank), config, rank, size).start()
+        except Exception as e:  # noqa: BLE001 - never stop the user's program
+            print(f"deepcontext: profiling of rank {rank} not started: {e}",
+                  file=sys.stderr, flush=True)
 
-        def _update_default_pg(pg: Any) -> None:
-            original(pg)
-            if getattr(_update_default_pg, "started", False) or pg is None:
-                return
-            try:
-                rank, size = int(pg.rank()), int(pg.size())
-            except Exception:  # noqa: BLE001 - e.g. a non-member placeholder group
-                return
-            if rank < 0:
-                return
-            _update_default_pg.started = True  # type: ignore[attr-defined]
-            try:
-                RankSession(rank_path(config["output"], rank), config, rank, size).start()
-            except Exception as e:  # noqa: BLE001 - never stop the user's program
-                print(f"deepcontext: profiling of rank {rank} not started: {e}",
-                      file=sys.stderr, flush=True)
-
-        c10d._update_default_pg = _update_default_pg
-
-    when_imported("torch.distributed.distributed_c10d", hook)
+    c10d._update_default_pg = _update_default_pg
 
 
 def check_outputs_free(output: Path, force: bool) -> None:

@@ -31,6 +31,37 @@ def _spawned_by_multiprocessing() -> bool:
     return "--multiprocessing-fork" in getattr(sys, "orig_argv", ())
 
 
+def _when_imported(name, config) -> None:
+    """Once ``name`` is imported, let capture/ranks.py watch for the process group; until then
+    (and in children that never import it) nothing of deepcontext is imported."""
+    import importlib.abc
+
+    class _Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            for finder in sys.meta_path:
+                spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+                if spec is not None and spec.loader is not None:
+                    original = spec.loader.exec_module
+
+                    def exec_module(module):
+                        original(module)
+                        try:
+                            from deepcontext.capture.ranks import start_at_init_process_group
+
+                            start_at_init_process_group(module, config)
+                        except Exception as e:  # noqa: BLE001 - the program goes on
+                            print(f"deepcontext: profiling not started: {e}", file=sys.stderr)
+
+                    spec.loader.exec_module = exec_module
+                    return spec
+            return None
+
+    sys.meta_path.insert(0, _Finder())
+
+
 def _start() -> None:
     raw = os.environ.pop("DEEPCONTEXT_RECORD", None)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -52,9 +83,7 @@ def _start() -> None:
 
             start_launched_rank(config)
         elif _spawned_by_multiprocessing():  # perhaps an mp.spawn rank: decided at init
-            from deepcontext.capture.ranks import start_at_init_process_group
-
-            start_at_init_process_group(config)
+            _when_imported("torch.distributed.distributed_c10d", config)
     except Exception as e:  # noqa: BLE001 - never stop the user's program from starting
         print(f"deepcontext: profiling not started: {e}", file=sys.stderr)
 
