@@ -101,7 +101,7 @@ class TopSession(Session):
             print(f"deepcontext: cannot merge the ranks' profiles into {self.output} ({e}); "
                   f"merge them with: deepcontext merge", file=sys.stderr, flush=True)
             return
-        if not ranks:
+        if not ranks or not self.announce:
             super()._say_where()
             return
         names = ", ".join(p.name for p in ranks)
