@@ -52,7 +52,7 @@ def _rank_time(ctx: AnalysisContext, rank: int) -> list[float]:
 
 class StragglerRule(Rule):
     id = "rank-straggler"
-    category = "distributed"
+    category = "imbalance"
     description = ("One rank spends longer at a line than the others, which wait for it in the "
                    "collective that follows.")
     thresholds = {
@@ -128,7 +128,7 @@ class StragglerRule(Rule):
 
 class BlockingCollectiveRule(Rule):
     id = "comm-not-overlapped"
-    category = "distributed"
+    category = "imbalance"
     description = ("A collective issued outside the backward pass blocks the step: nothing "
                    "computes while it runs.")
     thresholds = {}
@@ -167,7 +167,7 @@ class BlockingCollectiveRule(Rule):
 
 class PerParameterCollectiveRule(Rule):
     id = "collective-per-parameter"
-    category = "distributed"
+    category = "imbalance"
     description = "One collective per parameter instead of a few bucketed ones."
     thresholds = {
         "min_ratio": Threshold(0.5, "a line issuing at least one collective per two gradients "
