@@ -88,3 +88,13 @@ def test_damaged_per_rank_records_are_one_line_errors(tmp_path, row):
                           capture_output=True, text=True)
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("deepcontext: error:")
+
+
+def test_hostile_rank_metadata_does_not_break_the_merge():
+    a = CallingContextTree({"ranks": [{"rank": "x"}, 5, {"rank": 3}], "world_size": [1]})
+    a.add_rank_metric(3, a.add_path([MM]), "op.time", 1.0)
+    b = CallingContextTree({"rank": 1, "world_size": {"a": 1}})
+    b.add_metric(b.add_path([MM]), "op.time", 2.0)
+    m = merge_profiles([a, b], ["a", "b"])
+    assert m.ranks() == [1, 3] and "world_size" not in m.metadata
+    assert [e["rank"] for e in m.metadata["ranks"] if isinstance(e, dict)] == ["x", 1, 3]

@@ -47,7 +47,8 @@ def launcher_path(output: str | os.PathLike[str]) -> Path:
 def job_files(output: str | os.PathLike[str]) -> list[Path]:
     """The files a job under ``record -o output`` writes besides ``output``, existing now."""
     p = Path(output)
-    pattern = re.compile(rf"{re.escape(p.stem)}\.(rank\d+|launcher){re.escape(p.suffix or '.dcprof')}")
+    suffix = re.escape(p.suffix or ".dcprof")
+    pattern = re.compile(rf"{re.escape(p.stem)}\.(rank\d+|launcher){suffix}")
     if not p.parent.is_dir():
         return []
     return sorted(q for q in p.parent.iterdir() if pattern.fullmatch(q.name))
@@ -114,7 +115,7 @@ def finish_job(output: Path, job: str, command: list[str]) -> list[Path]:
     """Merge the rank files of ``job`` into ``output`` (the top's own profile moves to
     ``<out>.launcher.dcprof``); returns the rank files merged, none if the job had no ranks."""
     from ..errors import ProfileFormatError
-    from ..tree.merge import merge_profiles
+    from ..tree.merge import merge_profiles, rank_of
     from ..tree.profile_file import load, save
 
     found = []
@@ -130,7 +131,7 @@ def finish_job(output: Path, job: str, command: list[str]) -> list[Path]:
             found.append((path, tree))
     if not found:
         return []
-    found.sort(key=lambda pt: pt[1].metadata.get("rank", 0))
+    found.sort(key=lambda pt: rank_of(pt[1]) or 0)
     launcher = launcher_path(output)
     os.replace(output, launcher)
     merged = merge_profiles([t for _, t in found], [p.name for p, _ in found])

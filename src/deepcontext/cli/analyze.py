@@ -19,7 +19,8 @@ HELP = "find what to fix: ranked findings with evidence, your source line and a 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="a .dcprof profile")
-    p.add_argument("--rank", type=int, metavar="N", help="one rank's own values of a merged multi-rank profile")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="one rank's own values of a merged multi-rank profile")
     p.add_argument("--format", choices=sorted(renderers()), default="text")
     p.add_argument("--rules", action="append", default=[], metavar="FILE.py",
                    help="also run the rules defined in FILE.py (Rule subclasses or a RULES "

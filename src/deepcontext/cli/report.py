@@ -19,7 +19,8 @@ HELP = "print a profile's calling context tree (top-down, inverted or flat; text
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dcprof profile")
-    p.add_argument("--rank", type=int, metavar="N", help="one rank's own values of a merged multi-rank profile")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="one rank's own values of a merged multi-rank profile")
     p.add_argument("--metric", help="metric to rank by (default: gpu.time if present, else cpu.time)")
     p.add_argument("--depth", type=int, help="show at most this many levels")
     p.add_argument("--threshold", type=float, default=None,

@@ -21,7 +21,8 @@ HELP = "write a self-contained HTML flame graph (offline) and open it, or serve 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a .dcprof profile")
-    p.add_argument("--rank", type=int, metavar="N", help="one rank's own values of a merged multi-rank profile")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="one rank's own values of a merged multi-rank profile")
     p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--serve", action="store_true",

@@ -41,10 +41,14 @@ def merge_profiles(trees: list[CallingContextTree], sources: list[str]) -> Calli
         if len(values) == 1 and trees[0].metadata.get(key) is not None:
             meta[key] = trees[0].metadata[key]
     if keep_ranks:
-        meta["ranks"] = [_rank_entry(t, src) for t, src in zip(trees, sources) if rank_of(t) is not None]
-        meta["ranks"] += [e for t in trees if rank_of(t) is None for e in t.metadata.get("ranks") or []]
-        meta["ranks"].sort(key=lambda e: e.get("rank", 0) if isinstance(e, dict) else 0)
-        sizes = {t.metadata.get("world_size") for t in trees} - {None}
+        entries = [_rank_entry(t, src) for t, src in zip(trees, sources) if rank_of(t) is not None]
+        for t in trees:  # merged jobs bring their own entries
+            if rank_of(t) is None and isinstance(t.metadata.get("ranks"), list):
+                entries += t.metadata["ranks"]
+        entries.sort(key=lambda e: e["rank"] if isinstance(e, dict) and type(e.get("rank")) is int
+                     else -1)
+        meta["ranks"] = entries
+        sizes = {w for t in trees if type(w := t.metadata.get("world_size")) is int}
         if len(sizes) == 1:
             meta["world_size"] = sizes.pop()
     out = CallingContextTree(meta)
