@@ -19,7 +19,7 @@ from .rule import Rule
 ENTRY_POINT_GROUP = "deepcontext.rules"
 _BUILTIN_MODULES = ("hotspot", "kernel_fusion", "cpu_latency", "sync", "memcpy", "layout",
                     "serialization", "precision", "optimizer", "dataloader", "autograd",
-                    "gpu_stall", "memory", "compile", "jax")
+                    "gpu_stall", "memory", "compile", "jax", "distributed")
 
 
 def builtin_rules() -> list[Rule]:

@@ -6,15 +6,17 @@ import json
 import sys
 
 
-def start_from_config(config_json: str) -> None:
+def start_from_config(config_json: str, bootstrap_dir: str) -> None:
     try:
-        from ..capture.session import Session
+        from ..capture.ranks import top_session_class
 
         cfg = json.loads(config_json)
-        session = Session(cfg["output"], context=cfg["context"], flush_interval=cfg["flush_interval"],
-                          sample_interval=cfg["sample_interval"], force=cfg["force"],
-                          command=cfg["command"], split_ranks=False, hooks=cfg.get("hooks") or None,
-                          perf=cfg.get("perf", False))
+        session_class = top_session_class(cfg, bootstrap_dir)  # a launcher's also merges ranks
+        session = session_class(cfg["output"], context=cfg["context"],
+                                flush_interval=cfg["flush_interval"],
+                                sample_interval=cfg["sample_interval"], force=cfg["force"],
+                                command=cfg["command"], split_ranks=False,
+                                hooks=cfg.get("hooks") or None, perf=cfg.get("perf", False))
         session.announce = True
         session.start()
     except Exception as e:  # noqa: BLE001 - never stop the user's program from starting

@@ -13,6 +13,7 @@ from ..errors import DeepContextError
 from ..render.findings import FindingsReport, render, renderers
 from ..tree.profile_file import check_writable, load
 from ._profiles import profile_argument
+from ..tree.merge import select_rank
 
 HELP = "find what to fix: ranked findings with evidence, your source line and a concrete fix"
 
@@ -20,6 +21,8 @@ HELP = "find what to fix: ranked findings with evidence, your source line and a 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?",
                    help="a .dcprof profile (default: the newest one in this directory)")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="one rank's own values of a merged multi-rank profile")
     p.add_argument("--format", choices=sorted(renderers()), default="text")
     p.add_argument("--rules", action="append", default=[], metavar="FILE.py",
                    help="also run the rules defined in FILE.py (Rule subclasses or a RULES "
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     args.file = profile_argument(args.file, "analyze")
     out = check_writable(args.output, force=True) if args.output else None
-    tree = load(args.file)
+    tree = select_rank(load(args.file), args.rank)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         findings = analyze(tree, rules=rules, min_severity=args.min_severity)

@@ -11,6 +11,7 @@ from ..analysis.diff import ContextDiff, ProfileDiff, diff_profiles, significant
 from ..errors import DeepContextError
 from ..render._safe import printable
 from ..tree.metrics import format_value, unit_of
+from ..tree.merge import select_rank
 from ..tree.profile_file import load
 from ._program import describe
 
@@ -21,6 +22,11 @@ SCHEMA = "deepcontext.diff/1"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("before", help="the profile before the change")
     p.add_argument("after", help="the profile after the change")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="compare rank N's own values of merged multi-rank profiles")
+    p.add_argument("--rank-before", type=int, metavar="N",
+                   help="rank of BEFORE (one job against itself: --rank-before 0 --rank-after 1)")
+    p.add_argument("--rank-after", type=int, metavar="N", help="rank of AFTER")
     p.add_argument("--metric", help="metric to compare (default: gpu.time, else cpu.time, ...)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--threshold", type=float, default=0.01,
@@ -33,7 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.threshold < 1:
         raise DeepContextError("--threshold is a fraction between 0 and 1")
-    before, after = load(args.before), load(args.after)
+    pick = lambda own: args.rank if own is None else own  # noqa: E731
+    before = select_rank(load(args.before), pick(args.rank_before))
+    after = select_rank(load(args.after), pick(args.rank_after))
     if args.metric:
         have = set(before.metric_names()) | set(after.metric_names())
         if args.metric not in have:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..capture.hooks import check_loadable, load_hooks
+from ..capture.ranks import check_outputs_free
 from ..capture.session import default_output, parse_context, per_rank
 from ..errors import DeepContextError
 from ..tree.profile_file import check_writable
@@ -106,6 +107,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         check_loadable(hooks, args.hooks)
     if args.perf and args.sample_interval == 0:
         raise DeepContextError("--perf reads counters at CPU-time samples; it needs --sample-interval > 0")
+    check_outputs_free(output, force=args.force)  # the per-rank files of a launched job
     config = {
         "output": str(output.absolute()),
         "context": list(context),

@@ -11,6 +11,7 @@ from ..render import json_tree, text
 from ..tree import views
 from ..tree.profile_file import load
 from ._profiles import profile_argument
+from ..tree.merge import select_rank
 
 HELP = "print a profile's calling context tree (top-down, inverted or flat; text or JSON)"
 
@@ -18,6 +19,8 @@ HELP = "print a profile's calling context tree (top-down, inverted or flat; text
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?",
                    help="a .dcprof profile (default: the newest one in this directory)")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="one rank's own values of a merged multi-rank profile")
     p.add_argument("--metric", help="metric to rank by (default: gpu.time if present, else cpu.time)")
     p.add_argument("--depth", type=int, help="show at most this many levels")
     p.add_argument("--threshold", type=float, default=None,
@@ -49,7 +52,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     validate(args)
-    tree = load(profile_argument(args.file, "report"))
+    tree = select_rank(load(profile_argument(args.file, "report")), args.rank)
     metric = args.metric or tree.default_metric()
     if args.metric and args.metric not in tree.metric_names():
         have = ", ".join(tree.metric_names()) or "none"

@@ -14,6 +14,7 @@ from ..render._safe import printable
 from ..render.html import build_page, page_csp
 from ..tree.profile_file import check_writable, load
 from ._profiles import profile_argument
+from ..tree.merge import select_rank
 from .export import progress_for, write_atomically
 
 HELP = "write a self-contained HTML flame graph (offline) and open it, or serve it on 127.0.0.1"
@@ -22,6 +23,8 @@ HELP = "write a self-contained HTML flame graph (offline) and open it, or serve 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?",
                    help="a .dcprof profile (default: the newest one in this directory)")
+    p.add_argument("--rank", type=int, metavar="N",
+                   help="one rank's own values of a merged multi-rank profile")
     p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--serve", action="store_true",
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     args.file = profile_argument(args.file, "view")
     out = output_path(args)
     check_writable(out, force=args.force)
-    tree = load(args.file)
+    tree = select_rank(load(args.file), args.rank)
     with progress_for(tree, "writing the page") as advance:
         html = build_page(tree, sources=not args.no_source, findings=not args.no_findings,
                           advance=advance)

@@ -135,5 +135,12 @@ def render_header(console: Console, tree: CallingContextTree) -> None:
         line.append("  (incomplete: the program ended before the final flush)", style="yellow")
     if line:
         console.print(line)
+    entries = meta.get("ranks") if isinstance(meta.get("ranks"), list) else []
+    ranks = [e["rank"] for e in entries if isinstance(e, dict) and type(e.get("rank")) is int]
+    if isinstance(meta.get("rank"), int) and not isinstance(meta.get("rank"), bool):
+        console.print(Text(f"rank: {meta['rank']}", style="dim"))
+    elif ranks:  # a merged multi-rank job: say how to see one rank
+        console.print(Text(f"ranks: {len(ranks)} ({', '.join(map(str, ranks))}); values are "
+                           "their sum, one rank's own: --rank N", style="dim"))
     for note in meta.get("notes") or []:
         console.print(Text(f"note: {printable(str(note))}", style="yellow"))

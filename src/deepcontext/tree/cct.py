@@ -30,7 +30,10 @@ class CallingContextTree:
         self.nodes: list[Node] = [Node(0, -1, ROOT_FRAME)]
         self._index: dict[tuple[int, Frame], int] = {}
         self.metadata: dict[str, Any] = dict(metadata or {})
-        self._inclusive_cache: dict[str, list[float]] = {}
+        self._inclusive_cache: dict[str | tuple[str, int], list[float]] = {}
+        #: A multi-rank profile also keeps each rank's own exclusive values:
+        #: rank -> node -> metric -> value (``metrics`` hold their sum). Empty otherwise.
+        self.rank_metrics: dict[int, dict[int, dict[str, float]]] = {}
 
     # -- building -------------------------------------------------------------------------
     @property
@@ -61,8 +64,15 @@ class CallingContextTree:
         m[metric] = m.get(metric, 0.0) + value
         self._inclusive_cache.pop(metric, None)
 
-    def merge(self, other: CallingContextTree, parent: int = 0) -> None:
-        """Add ``other``'s nodes and metrics into this tree (matching contexts by frames)."""
+    def add_rank_metric(self, rank: int, node: int, metric: str, value: float) -> None:
+        m = self.rank_metrics.setdefault(rank, {}).setdefault(node, {})
+        m[metric] = m.get(metric, 0.0) + value
+        self._inclusive_cache.pop((metric, rank), None)
+
+    def merge(self, other: CallingContextTree, parent: int = 0, rank: int | None = None) -> None:
+        """Add ``other``'s nodes and metrics into this tree (matching contexts by frames).
+        With ``rank``, ``other``'s values are also kept as that rank's own; per-rank values
+        ``other`` already holds (a merged job) are carried over either way."""
         mapping = {0: parent}
         for node in other.nodes:
             if node.id == 0:
@@ -72,6 +82,12 @@ class CallingContextTree:
             mapping[node.id] = nid
             for metric, value in node.metrics.items():
                 self.add_metric(nid, metric, value)
+                if rank is not None:
+                    self.add_rank_metric(rank, nid, metric, value)
+        for r, table in other.rank_metrics.items():
+            for onid, values in table.items():
+                for metric, value in values.items():
+                    self.add_rank_metric(r, mapping[onid], metric, value)
 
     # -- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -126,6 +142,39 @@ class CallingContextTree:
 
     def total(self, metric: str) -> float:
         return sum(n.metrics.get(metric, 0.0) for n in self.nodes)
+
+    # -- per-rank values (multi-rank profiles) ----------------------------------------------
+    def ranks(self) -> list[int]:
+        """The ranks whose own values this profile keeps (empty for a single process)."""
+        return sorted(self.rank_metrics)
+
+    def rank_exclusive(self, node: int, metric: str, rank: int) -> float:
+        return self.rank_metrics.get(rank, {}).get(node, {}).get(metric, 0.0)
+
+    def rank_inclusive_all(self, metric: str, rank: int) -> list[float]:
+        """Inclusive values of ``metric`` on ``rank`` for every node."""
+        cached = self._inclusive_cache.get((metric, rank))
+        if cached is not None:
+            return cached
+        inc = [0.0] * len(self.nodes)
+        for nid, values in self.rank_metrics.get(rank, {}).items():
+            inc[nid] = values.get(metric, 0.0)
+        for n in reversed(self.nodes):
+            if n.parent >= 0:
+                inc[n.parent] += inc[n.id]
+        self._inclusive_cache[(metric, rank)] = inc
+        return inc
+
+    def rank_view(self, rank: int) -> CallingContextTree:
+        """One rank's profile: the same nodes (same ids) with only that rank's values."""
+        if rank not in self.rank_metrics:
+            raise KeyError(rank)
+        view = CallingContextTree({**self.metadata, "rank": rank})
+        view.nodes = [Node(n.id, n.parent, n.frame, {}, list(n.children)) for n in self.nodes]
+        view._index = dict(self._index)
+        for nid, values in self.rank_metrics[rank].items():
+            view.nodes[nid].metrics = dict(values)
+        return view
 
     def walk(self, node: int = 0) -> Iterator[Node]:
         """Depth-first, parents before children, children in insertion order."""

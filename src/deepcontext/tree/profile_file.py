@@ -1,11 +1,12 @@
 """The profile file: one SQLite database, written whole in one transaction per flush.
 
-Schema (version 1, documented in docs/file-format.md):
+Schema (version 2, documented in docs/file-format.md):
   meta(key TEXT PRIMARY KEY, value TEXT)               -- JSON values; schema_version, command...
   frames(id INTEGER PRIMARY KEY, kind, name, file, line, extra TEXT)  -- extra: JSON object
   nodes(id INTEGER PRIMARY KEY, parent INTEGER, frame INTEGER)        -- parent < id; root is 0
   metric_defs(name TEXT PRIMARY KEY, unit TEXT, description TEXT)
-  metrics(node INTEGER, metric TEXT, value REAL)        -- exclusive values
+  metrics(node INTEGER, metric TEXT, value REAL)        -- exclusive values (sum over ranks)
+  rank_metrics(node INTEGER, rank INTEGER, metric TEXT, value REAL)  -- each rank's own (v2)
 A killed program leaves the last committed flush: SQLite's rollback journal undoes a torn one.
 """
 
@@ -25,7 +26,9 @@ from .cct import CallingContextTree
 from .frame import KINDS, Frame
 from .metrics import KNOWN_METRICS, unit_of
 
-SCHEMA_VERSION = 1
+#: 2 added ``rank_metrics`` (per-rank values of a merged multi-rank job); version 1 files are
+#: read as profiles without per-rank values.
+SCHEMA_VERSION = 2
 MAGIC = "deepcontext-profile"
 #: Deeper contexts are folded on read (the capture core already stops at 256 frames).
 MAX_DEPTH = 512
@@ -38,7 +41,10 @@ CREATE TABLE IF NOT EXISTS nodes(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL
                                  frame INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS metric_defs(name TEXT PRIMARY KEY, unit TEXT, description TEXT);
 CREATE TABLE IF NOT EXISTS metrics(node INTEGER NOT NULL, metric TEXT NOT NULL, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS rank_metrics(node INTEGER NOT NULL, rank INTEGER NOT NULL,
+                                        metric TEXT NOT NULL, value REAL NOT NULL);
 """
+_TABLES = ("meta", "frames", "nodes", "metric_defs", "metrics", "rank_metrics")
 
 
 def check_writable(path: str | os.PathLike[str], force: bool = False) -> Path:
@@ -100,6 +106,8 @@ class ProfileWriter:
                                json.dumps(dict(f.extra))))
             nodes.append((n.id, n.parent, fid))
             metrics.extend((n.id, _text(k), v) for k, v in n.metrics.items() if v)
+        rank_rows = [(nid, rank, _text(k), v) for rank, table in tree.rank_metrics.items()
+                     for nid, values in table.items() for k, v in values.items() if v]
         defs = []
         for name in tree.metric_names():
             info = KNOWN_METRICS.get(name)
@@ -110,7 +118,7 @@ class ProfileWriter:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            for table in ("meta", "frames", "nodes", "metric_defs", "metrics"):
+            for table in _TABLES:
                 db.execute(f"DELETE FROM {table}")
             db.executemany("INSERT INTO meta VALUES (?, ?)",
                            [(k, json.dumps(v, default=str)) for k, v in meta.items()])
@@ -118,6 +126,7 @@ class ProfileWriter:
             db.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
             db.executemany("INSERT INTO metric_defs VALUES (?, ?, ?)", defs)
             db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", metrics)
+            db.executemany("INSERT INTO rank_metrics VALUES (?, ?, ?, ?)", rank_rows)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -303,4 +312,12 @@ def _read(db: sqlite3.Connection, p: Path) -> CallingContextTree:
                 or not isinstance(metric, str):
             raise ProfileFormatError(f"{p}: corrupt metric record for node {nid!r}")
         tree.add_metric(remap[nid], metric, float(value))
+    if "rank_metrics" in tables:  # version 2; a version 1 file has no per-rank values
+        for nid, rank, metric, value in db.execute(
+                "SELECT node, rank, metric, value FROM rank_metrics"):
+            if nid not in remap or not isinstance(rank, int) or not 0 <= rank < 2**31 \
+                    or not isinstance(metric, str) \
+                    or not isinstance(value, (int, float)) or not _finite(value):
+                raise ProfileFormatError(f"{p}: corrupt per-rank metric record for node {nid!r}")
+            tree.add_rank_metric(rank, remap[nid], metric, float(value))
     return tree

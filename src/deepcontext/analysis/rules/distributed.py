@@ -1,0 +1,211 @@
+"""Multi-rank jobs: a rank that computes longer while the others wait in the next collective,
+communication that blocks instead of overlapping, and one collective per parameter.
+
+Collectives are operators like any other: ``c10d::allreduce_`` and the rest of the
+ProcessGroup dispatcher ops on the issuing thread (DDP's bucket all-reduces hang under the
+``.backward()`` line's ``AccumulateGrad`` that completed the bucket), the backend's own scope
+(``gloo:all_reduce``, ``nccl:all_reduce``) where the transfer and the wait for the peers run, and
+on GPUs the NCCL kernels. The straggler rule needs a merged job (per-rank values, docs/multi-rank.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+
+from ...tree.frame import KERNEL, OP
+from ..context import AnalysisContext
+from ..finding import Finding
+from ..rule import Rule, Threshold
+from ._common import percent, seconds
+
+_COLLECTIVE_OPS = ("c10d::", "_c10d_functional::", "c10d_functional::")
+_BACKEND_SCOPES = ("gloo:", "nccl:", "mpi:", "ucc:")
+
+
+def is_collective(ctx: AnalysisContext, node: int) -> bool:
+    f = ctx.tree.nodes[node].frame
+    if f.kind == OP:
+        return f.name.startswith(_COLLECTIVE_OPS) or f.name.startswith(_BACKEND_SCOPES)
+    return f.kind == KERNEL and f.name.startswith("nccl")
+
+
+def collective_roots(ctx: AnalysisContext) -> list[int]:
+    """Outermost collective nodes (a backend scope or kernel inside a c10d op counts once)."""
+    roots, inside = [], [False] * len(ctx.tree.nodes)
+    for node in ctx.tree.nodes[1:]:
+        inside[node.id] = inside[node.parent]
+        if not inside[node.id] and is_collective(ctx, node.id):
+            roots.append(node.id)
+            inside[node.id] = True
+    return roots
+
+
+def _rank_time(ctx: AnalysisContext, rank: int) -> list[float]:
+    """Per node: host time on ``rank`` (sampled CPU or operator wall time, the larger) plus its
+    GPU time, the per-rank form of ``ctx.host_time``."""
+    tree = ctx.tree
+    cpu, op = tree.rank_inclusive_all("cpu.time", rank), tree.rank_inclusive_all("op.time", rank)
+    gpu = tree.rank_inclusive_all("gpu.time", rank)
+    return [max(c, o) + g for c, o, g in zip(cpu, op, gpu)]
+
+
+class StragglerRule(Rule):
+    id = "rank-straggler"
+    category = "imbalance"
+    description = ("One rank spends longer at a line than the others, which wait for it in the "
+                   "collective that follows.")
+    thresholds = {
+        "min_excess_ratio": Threshold(0.25, "a line 25% slower on one rank than the others' "
+                                            "median is an imbalance, not noise between ranks"),
+        "min_wait_share": Threshold(0.5, "the others must wait at least half of the excess in "
+                                         "collectives, else the time is not on the critical path"),
+        "specific_share": Threshold(0.8, "a deeper line that holds 80% of the excess names the "
+                                         "cause more precisely than its caller"),
+    }
+
+    def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        ranks = ctx.tree.ranks()
+        if len(ranks) < 2:
+            return
+        roots = collective_roots(ctx)
+        time = {r: _rank_time(ctx, r) for r in ranks}
+        comm_under = {r: self._comm_under(ctx, roots, time[r]) for r in ranks}
+        comm_total = {r: sum(time[r][c] for c in roots) for r in ranks}
+        depth = [0] * len(ctx.tree.nodes)
+        for node in ctx.tree.nodes[1:]:
+            depth[node.id] = depth[node.parent] + 1
+        for rank in ranks:
+            others = [q for q in ranks if q != rank]
+            excess: dict[int, tuple[float, float]] = {}
+            for line in ctx.user_nodes():
+                mine = time[rank][line] - comm_under[rank].get(line, 0.0)
+                theirs = statistics.median(time[q][line] - comm_under[q].get(line, 0.0)
+                                           for q in others)
+                if mine - theirs > 0 and mine - theirs >= self.t("min_excess_ratio") * max(theirs, 1e-9):
+                    excess[line] = (mine - theirs, theirs)
+            if not excess:
+                continue
+            top = max(excess.values())[0]
+            line = max((n for n, (d, _) in excess.items() if d >= self.t("specific_share") * top),
+                       key=lambda n: (depth[n], excess[n][0]))
+            extra, theirs = excess[line]
+            waited = statistics.median(comm_total[q] for q in others) - comm_total[rank]
+            if waited < self.t("min_wait_share") * extra:
+                continue
+            gain = min(extra, waited) * len(others)
+            severity = self.severity_for(ctx, gain)
+            if severity is None:
+                continue
+            yield ctx.finding(
+                self, line, severity=severity,
+                title=f"rank {rank} is a straggler at {ctx.where(line)} "
+                      f"(+{seconds(extra)} while {len(others)} rank(s) wait)",
+                message=(f"Rank {rank} spends {seconds(extra + theirs)} at {ctx.where(line)}, "
+                         f"the other ranks {seconds(theirs)} (median); they wait "
+                         f"{seconds(waited)} longer in collectives, {percent(ctx.fraction(gain))} "
+                         f"of the job's time."),
+                evidence={"rank": rank, "rank_time_s": extra + theirs, "others_median_s": theirs,
+                          "others_extra_wait_s": waited, "ranks": len(ranks)},
+                suggestion=("balance the work across ranks: give each rank an equal share "
+                            "(same batch size / sequence lengths, DistributedSampler, bucketing "
+                            "by length), and keep rank-specific work (logging, checkpointing, "
+                            "evaluation on rank 0) out of the step or overlap it"),
+                gain_seconds=gain,
+                method="the others' extra wait, bounded by the straggler's excess, times the "
+                       "number of waiting ranks")
+
+    @staticmethod
+    def _comm_under(ctx: AnalysisContext, roots: list[int], time: list[float]) -> dict[int, float]:
+        """Collective time below each user line (waiting is not the line's own work)."""
+        under: dict[int, float] = {}
+        for c in roots:
+            for a in ctx.ancestors(ctx.tree.nodes[c].parent):
+                if ctx.owner[a] == a:
+                    under[a] = under.get(a, 0.0) + time[c]
+        return under
+
+
+class BlockingCollectiveRule(Rule):
+    id = "comm-not-overlapped"
+    category = "imbalance"
+    description = ("A collective issued outside the backward pass blocks the step: nothing "
+                   "computes while it runs.")
+    thresholds = {}
+
+    def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        spent: dict[int, tuple[float, float]] = {}
+        for c in collective_roots(ctx):
+            node = ctx.tree.nodes[c]
+            if ctx.owner[c] <= 0 or ctx.in_backward[c] or not node.frame.name.startswith(_COLLECTIVE_OPS):
+                continue
+            above = [ctx.tree.nodes[a].frame.name for a in ctx.ancestors(node.parent)]
+            if any(n.startswith("autograd::engine::") for n in above):
+                continue  # DDP's bucket all-reduces: launched during backward, overlapped
+            if any(n.endswith("__init__") for n in above):
+                continue  # set-up (DDP/FSDP broadcasting the initial weights): once per run
+            t = max(ctx.inc("op.time")[c], ctx.inc("gpu.time")[c])
+            prev = spent.get(ctx.owner[c], (0.0, 0.0))
+            spent[ctx.owner[c]] = (prev[0] + t, prev[1] + ctx.count(c))
+        for owner, (t, calls) in spent.items():
+            severity = self.severity_for(ctx, t)
+            if severity is None:
+                continue
+            yield ctx.finding(
+                self, owner, severity=severity,
+                title=f"communication at {ctx.where(owner)} is not overlapped with compute "
+                      f"({percent(ctx.fraction(t))} of the run)",
+                message=(f"{ctx.where(owner)} runs {int(calls)} collective call(s) outside the "
+                         f"backward pass, {seconds(t)} in all, with no computation to hide "
+                         f"them behind."),
+                evidence={"collective_time_s": t, "calls": int(calls)},
+                suggestion=("overlap it: let DDP/FSDP reduce gradients during backward, or issue "
+                            "it with async_op=True and wait() only where the result is needed"),
+                gain_seconds=t,
+                method="upper bound: the collective hides behind compute once overlapped")
+
+
+class PerParameterCollectiveRule(Rule):
+    id = "collective-per-parameter"
+    category = "imbalance"
+    description = "One collective per parameter instead of a few bucketed ones."
+    thresholds = {
+        "min_ratio": Threshold(0.5, "a line issuing at least one collective per two gradients "
+                                    "reduces them one by one; DDP's 25 MiB buckets issue far fewer"),
+        "min_calls": Threshold(8, "a handful of calls is a handful of tensors, not a loop over "
+                                  "parameters"),
+    }
+
+    def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        grads = sum(ctx.count(n.id) for n in ctx.tree.nodes
+                    if n.frame.kind == OP and n.frame.name == "torch::autograd::AccumulateGrad")
+        if grads <= 0:
+            return
+        calls: dict[int, list[int]] = {}
+        for c in collective_roots(ctx):
+            if ctx.owner[c] > 0 and ctx.tree.nodes[c].frame.name.startswith(_COLLECTIVE_OPS):
+                calls.setdefault(ctx.owner[c], []).append(c)
+        for owner, nodes in calls.items():
+            n = sum(ctx.count(c) for c in nodes)
+            if n < self.t("min_calls") or n < self.t("min_ratio") * grads:
+                continue
+            t = sum(max(ctx.inc("op.time")[c], ctx.inc("gpu.time")[c]) for c in nodes)
+            severity = self.severity_for(ctx, t) or "note"
+            name = ctx.tree.nodes[nodes[0]].frame.name
+            yield ctx.finding(
+                self, owner, severity=severity,
+                title=f"{ctx.where(owner)} issues one {name} per parameter "
+                      f"({int(n)} calls for {int(grads)} gradients)",
+                message=(f"{ctx.where(owner)} calls {name} {int(n)} times while autograd "
+                         f"accumulated {int(grads)} gradients: a collective per tensor pays the "
+                         f"launch and latency cost each time, {seconds(t)} in all."),
+                evidence={"calls": int(n), "gradients": int(grads), "collective_time_s": t},
+                suggestion=("bucket them: wrap the model in DistributedDataParallel (it reduces "
+                            "gradients in 25 MiB buckets during backward), or flatten the "
+                            "gradients into one tensor (torch._utils._flatten_dense_tensors) "
+                            "and reduce that once"),
+                gain_seconds=t,
+                method="upper bound: the per-call cost of the calls a bucket saves")
+
+
+RULES = [StragglerRule, BlockingCollectiveRule, PerParameterCollectiveRule]

@@ -1,0 +1,77 @@
+"""The distributed rules on literal multi-rank trees: exact rank, line and counts; and the
+silence that must hold on balanced jobs."""
+
+from __future__ import annotations
+
+from deepcontext.analysis.engine import analyze
+from deepcontext.analysis.rules.distributed import (
+    BlockingCollectiveRule,
+    PerParameterCollectiveRule,
+    StragglerRule,
+)
+from deepcontext.analysis.testing import build, lib, marker, op, user
+from deepcontext.tree.merge import merge_profiles
+
+STEP, WORK, REDUCE, SAVE = user(10, "main"), user(20, "work"), user(11, "main"), user(30, "main")
+ALLREDUCE = op("c10d::allreduce_")
+GLOO = op("gloo:all_reduce")
+
+
+def job(per_rank):
+    """A merged job from {rank: [(frames, metrics), ...]}."""
+    trees = []
+    for rank, paths in per_rank.items():
+        t = build(paths, {"rank": rank, "start_time": 0.0, "end_time": 4.0})
+        trees.append(t)
+    return merge_profiles(trees, [f"r{r}" for r in per_rank])
+
+
+def step(work_s, wait_s):
+    return [([STEP, WORK, op("aten::mm")], {"cpu.time": work_s, "op.time": work_s}),
+            ([REDUCE, ALLREDUCE], {"op.time": 0.001, "op.count": 10}),
+            ([GLOO], {"op.time": wait_s})]
+
+
+def test_straggler_names_rank_and_line():
+    tree = job({0: step(1.0, 1.5), 1: step(2.5, 0.01), 2: step(1.0, 1.5)})
+    (f,) = analyze(tree, [StragglerRule])
+    assert f.rule == "rank-straggler" and f.evidence["rank"] == 1
+    assert f.location.line == 20 and f.location.function == "work"
+    assert f.evidence["rank_time_s"] == 2.5 and f.evidence["others_median_s"] == 1.0
+    assert f.evidence["ranks"] == 3
+
+
+def test_balanced_ranks_and_single_profiles_have_no_straggler():
+    assert analyze(job({0: step(1.0, 0.2), 1: step(1.05, 0.2)}), [StragglerRule]) == []
+    assert analyze(build(step(2.5, 0.0)), [StragglerRule]) == []
+
+
+def test_extra_time_nobody_waits_for_is_not_a_straggler():
+    # rank 1 is slower at the line but the others do not wait longer in collectives
+    assert analyze(job({0: step(1.0, 0.2), 1: step(2.5, 0.2)}), [StragglerRule]) == []
+
+
+def test_blocking_collective_outside_backward_but_not_ddp_buckets_or_setup():
+    tree = build([
+        ([REDUCE, lib("all_reduce", "/x/torch/distributed/distributed_c10d.py"), ALLREDUCE],
+         {"op.time": 0.5, "op.count": 4}),
+        ([STEP, marker(), op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"),
+          ALLREDUCE], {"op.time": 0.5, "op.count": 4}),
+        ([SAVE, lib("DistributedDataParallel.__init__", "/x/torch/nn/parallel/distributed.py"),
+          op("c10d::broadcast_")], {"op.time": 0.5, "op.count": 1}),
+        ([STEP, op("aten::mm")], {"op.time": 1.0, "op.count": 4}),
+    ])
+    (f,) = analyze(tree, [BlockingCollectiveRule])
+    assert f.location.line == 11 and f.evidence["calls"] == 4
+
+
+def test_one_collective_per_parameter():
+    acc = op("torch::autograd::AccumulateGrad")
+    tree = build([
+        ([STEP, marker(), acc], {"op.count": 24, "op.time": 0.01}),
+        ([REDUCE, ALLREDUCE], {"op.count": 24, "op.time": 0.2}),
+        ([SAVE, ALLREDUCE], {"op.count": 2, "op.time": 0.01}),
+    ])
+    (f,) = analyze(tree, [PerParameterCollectiveRule])
+    assert f.location.line == 11
+    assert (f.evidence["calls"], f.evidence["gradients"]) == (24, 24)
