@@ -94,7 +94,9 @@ def clean_name(text: str, forbidden: str = "") -> str:
     out = []
     for ch in text:
         code = ord(ch)
-        if code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000 or ch in forbidden:
+        # U+2028/2029 too: line-based readers (Python's splitlines among them) break lines there
+        if (code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000 or code in (0x2028, 0x2029)
+                or ch in forbidden):
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:
             out.append(ch)
