@@ -130,9 +130,14 @@ NB_MODULE(_core, m) {
     return out;
   }, "The memory layer's own memory: live-table entries and bytes, per-context bytes.");
   m.def("memory_devices", &dc::memory::device_names);
-  m.def("checkpoint_metrics", &dc::checkpoint_metrics, "Save every metric (a warm-up begins).");
-  m.def("rollback_metrics", &dc::rollback_metrics,
-        "Restore the metrics saved by checkpoint_metrics (a warm-up ends).");
+  m.def("checkpoint_metrics", [] {
+    dc::checkpoint_metrics();
+    dc::memory::checkpoint_metrics();
+  }, "Save every metric (a warm-up begins).");
+  m.def("rollback_metrics", [] {
+    dc::rollback_metrics();
+    dc::memory::rollback_metrics();
+  }, "Restore the metrics saved by checkpoint_metrics (a warm-up ends).");
   m.def("resolve", &dc::drain_samples, "Fold buffered CPU samples into the tree.");
   m.def("register_thread", &dc::register_current_thread,
         "Register the calling thread with the sampler.");

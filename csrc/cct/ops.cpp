@@ -1,6 +1,7 @@
 // The operator layer: each thread's operator shadow stack (enter/exit from the torch hook or the
 // dispatch tier), the context node of each operator, and the backward graft.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "../callpath/native_stack.h"
@@ -21,10 +22,13 @@ OpObserver g_observer = nullptr;
 // Backward context: (forward thread, sequence number) -> forward Python node. Direct-mapped and
 // bounded: sequence numbers grow forever, and a backward pass only looks at recent ones.
 constexpr uint64_t kSeqSlots = 1 << 18;
+// Threads write slots concurrently (the forward and the autograd threads): each field is an
+// atomic, and a slot is read like a seqlock (its seq before and after, invalidated during a
+// write), so a reader never takes one writer's node with another's key.
 struct SeqSlot {
-  uint64_t tid;
-  int64_t seq;
-  uint32_t node;
+  std::atomic<uint64_t> tid{0};
+  std::atomic<int64_t> seq{-1};
+  std::atomic<uint32_t> node{0};
 };
 SeqSlot* const g_seq = new SeqSlot[kSeqSlots]();  // never destroyed
 
@@ -95,13 +99,22 @@ bool is_engine_wrapper(const char* name) {
 }
 
 void remember_forward(int64_t seq_nr, uint64_t rf_tid, uint32_t py_node) {
-  g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots] = SeqSlot{rf_tid, seq_nr, py_node};
+  SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
+  slot.seq.store(-1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.tid.store(rf_tid, std::memory_order_relaxed);
+  slot.node.store(py_node, std::memory_order_relaxed);
+  slot.seq.store(seq_nr, std::memory_order_release);
 }
 
 // The forward Python context recorded for (forward thread, sequence number), or 0.
 uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
   const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
-  return (slot.seq == seq_nr && slot.tid == fwd_tid) ? slot.node : 0;
+  if (slot.seq.load(std::memory_order_acquire) != seq_nr) return 0;
+  const uint64_t tid = slot.tid.load(std::memory_order_relaxed);
+  const uint32_t node = slot.node.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return (slot.seq.load(std::memory_order_relaxed) == seq_nr && tid == fwd_tid) ? node : 0;
 }
 
 // Gives a parked wrapper its node: under the forward line of backward node `seq_nr` when known,

@@ -37,6 +37,7 @@ struct Device {
   uint32_t untracked_node = 0;
   uint32_t m_peak = 0;         // mem.<name>.peak.bytes
   std::vector<NodeMem> nodes;  // by context node id, grown on demand
+  std::vector<std::pair<int64_t, int64_t>> saved;  // (alloc bytes, count) at a checkpoint
 
   NodeMem& at(uint32_t node) {
     if (node >= nodes.size()) nodes.resize(node + 1 + node / 2);
@@ -128,6 +129,34 @@ void reset_metrics() {
       m.alloc_count = 0;
     }
     // The new phase's peak starts from what is live now.
+    d.peak_total = d.last_total;
+    d.untracked_at_peak = d.last_total - d.tracked;
+    ++d.gen;
+  }
+}
+
+// Schedules (capture.h): a warm-up's allocations are discarded, earlier active cycles' kept.
+void checkpoint_metrics() {
+  std::lock_guard<std::mutex> g(g_mu);
+  for (int i = 0; i < g_n_dev; ++i) {
+    Device& d = g_dev[i];
+    d.saved.resize(d.nodes.size());
+    for (size_t n = 0; n < d.nodes.size(); ++n)
+      d.saved[n] = {d.nodes[n].alloc_bytes, d.nodes[n].alloc_count};
+  }
+}
+
+void rollback_metrics() {
+  std::lock_guard<std::mutex> g(g_mu);
+  for (int i = 0; i < g_n_dev; ++i) {
+    Device& d = g_dev[i];
+    for (size_t n = 0; n < d.nodes.size(); ++n) {
+      NodeMem& m = d.nodes[n];
+      m.alloc_bytes = n < d.saved.size() ? d.saved[n].first : 0;
+      m.alloc_count = n < d.saved.size() ? d.saved[n].second : 0;
+    }
+    d.saved.clear();
+    // The next phase's peak starts from what is live now (as reset_metrics).
     d.peak_total = d.last_total;
     d.untracked_at_peak = d.last_total - d.tracked;
     ++d.gen;

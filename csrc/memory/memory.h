@@ -20,6 +20,8 @@ bool active();
 // Zeroes the additive metrics and restarts peak tracking from the bytes live now (end of a
 // warm-up phase); the live table is kept.
 void reset_metrics();
+void checkpoint_metrics();  // a schedule's warm-up begins
+void rollback_metrics();    // it ends: its allocation counts are discarded
 
 // The slot of a device by name ("cpu", "cuda0"), registered on first use; -1 when the table of
 // devices is full. `allocator_totals`: the allocator reports its own live total with each

@@ -81,7 +81,11 @@ known=()
 while read -r test why; do
   [[ -z $test || $test == \#* ]] && continue
   echo "== $kind: leaving out $test (${why#\# })" >&2
-  known+=(--deselect "$test")
+  if [[ $test == *::* ]]; then
+    known+=(--deselect "$test")
+  else
+    known+=(--ignore "$test")  # a whole file: not even imported (collection itself would fail)
+  fi
 done < "$here/known-$kind.txt"
 
 status=0
