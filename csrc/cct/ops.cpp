@@ -131,6 +131,22 @@ void resolve_pending(TreeWriter& t, OpEntry& e, int64_t seq_nr, uint64_t fwd_tid
   e.pending = false;
 }
 
+// The depth the next entry of `s`'s stack goes to, or -1 when the stack is full (the push is
+// counted so its pop stays balanced). Entries left open by an earlier session are dropped.
+inline int push_depth(ThreadState* s, uint32_t epoch) {
+  int d = s->depth.load(std::memory_order_relaxed);
+  if (d > 0 && s->ops[d - 1].epoch != epoch) {
+    d = 0;
+    s->overflow = 0;
+    s->depth.store(0, std::memory_order_release);
+  }
+  if (d >= kMaxOpDepth) {
+    ++s->overflow;
+    return -1;
+  }
+  return d;
+}
+
 }  // namespace
 
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
@@ -139,17 +155,9 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   ThreadState* s = registry::self();
   if (g_dispatcher.load(std::memory_order_relaxed) != s)
     g_dispatcher.store(s, std::memory_order_release);
-  int d = s->depth.load(std::memory_order_relaxed);
   const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
-  if (d > 0 && s->ops[d - 1].epoch != epoch) {  // left open by an earlier session
-    d = 0;
-    s->overflow = 0;
-    s->depth.store(0, std::memory_order_release);
-  }
-  if (d >= kMaxOpDepth) {
-    ++s->overflow;
-    return;
-  }
+  const int d = push_depth(s, epoch);
+  if (d < 0) return;
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
   // A nested operator's context is its parent's node unless Python ran in between (a Python
   // callback inside the op), which the innermost frame alone tells: most operator events are
@@ -292,17 +300,9 @@ void op_exit(uint64_t handle, int seq_consumed) {
 void scope_enter(int kind, const char* name, const char* extra, uint64_t handle, int skip_py) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   ThreadState* s = registry::self();
-  int d = s->depth.load(std::memory_order_relaxed);
   const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
-  if (d > 0 && s->ops[d - 1].epoch != epoch) {  // left open by an earlier session
-    d = 0;
-    s->overflow = 0;
-    s->depth.store(0, std::memory_order_release);
-  }
-  if (d >= kMaxOpDepth) {
-    ++s->overflow;
-    return;
-  }
+  const int d = push_depth(s, epoch);
+  if (d < 0) return;
   dc_raw_frame buf[kMaxPyDepth];
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
   const int skip = std::min(std::max(skip_py, 0), n);
