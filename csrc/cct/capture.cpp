@@ -67,9 +67,9 @@ void start(const Options& opts) {
 }
 
 void stop() {
+  stop_sampler_thread();  // its last poll charges workers while capture is still enabled
   g_enabled.store(false);
   g_started.store(false);
-  stop_sampler_thread();
   registry::disarm_all();
   registry::drain_all();  // rings of this session, folded before the final snapshot
   registry::reap();

@@ -34,6 +34,7 @@ std::vector<ThreadState*>& g_all = *new std::vector<ThreadState*>();   // every 
 std::vector<ThreadState*>& g_free = *new std::vector<ThreadState*>();  // reaped, reusable
 std::mutex& g_drain_mu = *new std::mutex();  // one drain at a time (drains, reaping)
 bool g_armed = false;                        // capture started with the sampler on
+unsigned long long g_armed_at_ticks = 0;     // when, in /proc's start-time units (boot clock ticks)
 std::atomic<uint64_t> g_refused{0};
 
 std::atomic<ThreadState*>* slot(pid_t tid, bool make) {
@@ -72,11 +73,22 @@ unsigned long long start_ticks(pid_t tid) {
   return std::strtoull(p, nullptr, 10);
 }
 
+unsigned long long boot_ticks_now() {
+  timespec ts;
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  const long hz = sysconf(_SC_CLK_TCK);
+  return static_cast<unsigned long long>(ts.tv_sec) * hz + ts.tv_nsec / (1000000000L / hz);
+}
+
 void arm_locked(ThreadState* s) {
   if (!g_armed || s->role == Role::Ignored) return;
   if (s->role == Role::Polled) {
     timespec ts;
     s->polled_cpu_ns = clock_gettime(s->clock, &ts) == 0 ? ts.tv_sec * 1000000000LL + ts.tv_nsec : -1;
+    // A worker born after capture started spent all its CPU time inside it: the first poll
+    // charges it from zero (an intra-op pool created by the session's first operator would
+    // otherwise lose everything before the scan found it).
+    if (s->polled_cpu_ns >= 0 && s->start_ticks > g_armed_at_ticks) s->polled_cpu_ns = 0;
   } else if (!s->has_timer) {
     detail::create_timer(s);
   }
@@ -262,6 +274,7 @@ void ignore(pid_t tid) {
 void arm_all() {
   std::lock_guard<std::mutex> g(g_mu);
   g_armed = g_opts.sample;
+  g_armed_at_ticks = boot_ticks_now();
   for (ThreadState* s : g_all)
     if (s->phase.load() != Phase::Free) arm_locked(s);
 }

@@ -3,10 +3,13 @@
 //    thread that most recently entered one ("<op> / [thread] worker"), else to the worker's
 //    own "[thread] <name>";
 //  - every 20 ms: every ring drained (a long C call holding the GIL loses no samples);
-//  - every 100 ms: /proc/self/task scanned for new threads, states of gone threads reaped.
+//  - every 100 ms, and as soon as the thread count changes: /proc/self/task scanned for new
+//    threads, states of gone threads reaped;
+//  - at stop, one last scan and poll, so a worker's time up to the end is charged.
 // It blocks every signal, so no timer or process signal is ever delivered to it.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <atomic>
@@ -52,28 +55,39 @@ void charge_worker(ThreadState* w, double seconds) {
   if (where != 0) t.add(where, m_cpu_time, seconds);
 }
 
+// The process's thread count, from one stat (procfs counts a task folder's links as threads + 2).
+nlink_t thread_links() {
+  struct stat st;
+  return stat("/proc/self/task", &st) == 0 ? st.st_nlink : 0;
+}
+
 void* run(void*) {
   registry::ignore(registry::gettid_());
   // Polls at the sample interval, at most every 2 ms (each poll is a clock read per worker).
   int64_t interval = static_cast<int64_t>(g_opts.sample_interval * 1e9);
   if (interval < 2000000) interval = 2000000;
   int64_t next_drain = 0, next_scan = 0;
+  nlink_t links = 0;
   while (!g_stop.load(std::memory_order_acquire)) {
     timespec ts{static_cast<time_t>(interval / 1000000000LL), static_cast<long>(interval % 1000000000LL)};
     nanosleep(&ts, nullptr);
     if (g_stop.load(std::memory_order_acquire)) break;
-    registry::poll_workers(charge_worker);
     int64_t now = mono_ns();
+    nlink_t now_links = thread_links();
+    if (now >= next_scan || now_links != links) {
+      registry::scan_tasks();
+      registry::reap();
+      next_scan = now + 100000000LL;
+      links = now_links;
+    }
+    registry::poll_workers(charge_worker);
     if (now >= next_drain) {
       registry::drain_all();
       next_drain = now + 20000000LL;
     }
-    if (now >= next_scan) {
-      registry::scan_tasks();
-      registry::reap();
-      next_scan = now + 100000000LL;
-    }
   }
+  registry::scan_tasks();
+  registry::poll_workers(charge_worker);
   return nullptr;
 }
 
