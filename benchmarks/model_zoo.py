@@ -114,6 +114,19 @@ def gpt2_generate(dev: str, small: bool) -> Step:
     return step
 
 
+def gpt2_train_compiled(dev: str, small: bool) -> Step:
+    """GPT-2 training with the model under ``torch.compile`` (inductor): the compiled source's
+    contexts; compilation happens in the benchmark's warm-up steps, outside the timed blocks."""
+    transformers = _need("transformers")
+    cfg = transformers.GPT2Config(n_layer=2 if small else 12, n_embd=128 if small else 768,
+                                  n_head=4 if small else 12, vocab_size=1024 if small else 50257)
+    model = transformers.GPT2LMHeadModel(cfg).to(dev).train()
+    compiled = torch.compile(model)
+    batch, seq = (2, 64) if small else (8, 512)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+    return _train(model, lambda: compiled(input_ids=ids, labels=ids).loss, dev)
+
+
 # name -> (builder, steps per block)
 MODELS: dict[str, tuple[Callable[[str, bool], Step], int]] = {
     "gpt2_train": (gpt2_train, 10),
@@ -122,4 +135,5 @@ MODELS: dict[str, tuple[Callable[[str, bool], Step], int]] = {
     "resnet50_train": (resnet50_train, 10),
     "gcn_train": (gcn_train, 10),
     "gpt2_generate": (gpt2_generate, 3),
+    "gpt2_train_compiled": (gpt2_train_compiled, 10),
 }

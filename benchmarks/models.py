@@ -66,8 +66,13 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
         size = out.stat().st_size
         out.unlink()
         return {"wall": wall, "cpu": cpu, "size": size}
-    context, _, interval = mode.partition("@")  # "python,op@0": CPU sampler off
+    spec, plus, perf = mode.partition("+")  # "python,op,gpu+perf": CPU counters per context too
+    if plus and perf != "perf":
+        raise SystemExit(f"models.py: unknown mode option '+{perf}' (only +perf)")
+    context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
     extra = {"sample_interval": float(interval)} if interval else {}
+    if plus:
+        extra["perf"] = True
     with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5,
                              **extra) as prof:
         block(step, 1, dev, prof.step)  # new contexts of a fresh session, outside the window
@@ -91,7 +96,7 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--models", default=",".join(model_zoo.MODELS))
     p.add_argument("--mode", action="append", metavar="CONTEXT",
-                   help="a deepcontext context spec[@sample interval], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
+                   help="a deepcontext context spec[@sample interval][+perf], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--small", action="store_true", help="CPU-sized configs")
     p.add_argument("--no-torch", action="store_true")
