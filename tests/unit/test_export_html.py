@@ -98,6 +98,21 @@ def test_sources_embed_user_files_only(tmp_path):
     assert str(secret) not in bundle.files and json.__file__ not in bundle.files
 
 
+def test_sampled_instructions_embed_their_cuda_and_triton_sources(tmp_path):
+    cu, triton, text = tmp_path / "hot.cu", tmp_path / "kern.py", tmp_path / "notes.txt"
+    cu.write_text("__global__ void k(float* x) {\n  x[0] = 1;\n}\n")
+    triton.write_text("import triton\n")
+    text.write_text("secret\n")
+    tree = CallingContextTree()
+    kernel = tree.add_path([Frame.make("op", "aten::add"), Frame.make("kernel", "k")])
+    for i, source in enumerate((f"{cu}:2", f"{triton}:1", f"{text}:1", "no-line-number")):
+        tree.child(kernel, Frame.make("instruction", f"0x{i:04x}", pc=f"0x{i:04x}", source=source))
+    bundle = _sources.collect_sources(tree)
+    assert sorted(bundle.files) == sorted([str(cu), str(triton)])
+    assert bundle.files[str(cu)]["chunks"] == [[1, ["__global__ void k(float* x) {", "  x[0] = 1;",
+                                                    "}"]]]
+
+
 def test_long_files_are_windowed_and_the_total_is_capped(tmp_path, monkeypatch):
     big = tmp_path / "big.py"
     big.write_text("".join(f"x{i} = {i}\n" for i in range(1, 10001)))

@@ -1,7 +1,7 @@
 """Source lines embedded into the viewer at export time, so the page needs no file access.
 
 Bounded on purpose: only ``.py`` files of the user's program (not the standard library or
-installed packages), whole files up to ``WHOLE_FILE_LINES`` lines and windows around the
+installed packages), and the ``.cu``/``.cuh`` files that sampled GPU instructions name, whole files up to ``WHOLE_FILE_LINES`` lines and windows around the
 profiled lines beyond that, at most ``TOTAL_CHARS`` characters in all. A profile names files,
 and only these are read, so viewing a foreign profile cannot pull arbitrary files into a page.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...tree.cct import CallingContextTree
-from ...tree.frame import PYTHON
+from ...tree.frame import INSTRUCTION, PYTHON
 
 WHOLE_FILE_LINES = 3000
 WINDOW = 30  # lines either side of a profiled line, in files longer than WHOLE_FILE_LINES
@@ -34,9 +34,13 @@ def _library_roots() -> list[str]:
     return sorted(roots)
 
 
+#: suffixes of the source files embedded: Python, and CUDA (sampled instructions' lines)
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh")
+
+
 def is_user_file(path: str, library_roots: list[str] | None = None) -> bool:
-    """A ``.py`` file outside the interpreter's library and package directories."""
-    if not path.endswith(".py") or path.startswith("<"):
+    """A source file (SOURCE_SUFFIXES) outside the interpreter's library and package directories."""
+    if not path.endswith(SOURCE_SUFFIXES) or path.startswith("<"):
         return False
     if "site-packages" in path or "dist-packages" in path:
         return False
@@ -60,12 +64,17 @@ class SourceBundle:
 
 
 def referenced_lines(tree: CallingContextTree) -> dict[str, set[int]]:
-    """Python files named by the tree, with the lines that carry a frame."""
+    """Source files named by the tree, with the lines that carry a frame: Python frames' files,
+    and the ``source=file:line`` of sampled GPU instructions (Triton's Python, CUDA's .cu)."""
     out: dict[str, set[int]] = {}
     for node in tree.nodes:
         f = node.frame
         if f.kind == PYTHON and f.file:
             out.setdefault(f.file, set()).add(f.line)
+        elif f.kind == INSTRUCTION and (source := f.get("source")):
+            file, _, line = source.rpartition(":")
+            if file and line.isdigit():
+                out.setdefault(file, set()).add(int(line))
     return out
 
 

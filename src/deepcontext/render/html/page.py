@@ -46,8 +46,8 @@ def json_for_script(doc: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-#: the page's script, in order: the data model, then the page that uses it
-SCRIPTS = ("model.js", "viewer.js")
+#: the page's script, in order: the data model, the panels, then the page that uses them
+SCRIPTS = ("model.js", "findings.js", "instructions.js", "viewer.js")
 
 
 def _script() -> str:

@@ -232,10 +232,17 @@
     tooltip.style.top = Math.max(0, y) + "px";
   }
   function showDetails(id) {
-    const body = $("dc-details-body");
+    const body = $("dc-details-body"), t = tree();
     body.className = "";
-    body.replaceChildren(frameBlock(tree(), id));
+    body.replaceChildren(frameBlock(t, id));
+    const pane = DCInstructions.forSelection(instrEnv, t, id, state.mode === "topdown");
+    if (pane) body.appendChild(pane);
   }
+  const instrEnv = {  // the instruction pane's view of the page
+    D, el, base, inclusive, extraOf,
+    showSourceAt: (file, line) => showSourceAt(file, line, DCInstructions.lineSamples(instrEnv, TOP, file),
+                                               unitOf["pc.samples"]),
+  };
 
   function crumbs() {
     const nav = $("dc-crumbs"), t = tree(), path = [];
@@ -273,26 +280,33 @@
     return out;
   }
   function showSource(f) {
-    const body = $("dc-source-body"), file = S[FF[f]], line = FL[f];
-    $("dc-source-file").textContent = file ? base(file) + ":" + line : "";
-    body.replaceChildren();
-    if (D.kinds[FK[f]] !== "python" || !file) {
-      body.className = "dc-muted";
-      body.textContent = "Not a Python frame: no source line.";
+    const kind = D.kinds[FK[f]], file = S[FF[f]];
+    const at = kind === "instruction" ? extraOf(f, "source") : "";
+    if (at) return instrEnv.showSourceAt(...DCInstructions.splitSource(at));
+    if (kind !== "python" || !file) {
+      $("dc-source-file").textContent = "";
+      $("dc-source-body").className = "dc-muted";
+      $("dc-source-body").textContent = "Not a Python frame: no source line.";
       return;
     }
+    showSourceAt(file, FL[f], lineValues(file, state.metric), unitOf[state.metric]);
+  }
+  // `file` around `line`, each line with its value in `vals` (a Map line -> value, in `unit`).
+  function showSourceAt(file, line, vals, unit) {
+    const body = $("dc-source-body");
+    $("dc-source-file").textContent = base(file) + ":" + line;
+    body.replaceChildren();
     const src = own(D.sources.files, file);
     if (!src) {
       body.className = "dc-muted";
       body.textContent = "Source of " + file + " is not in this page: " +
-        (own(D.sources.missing, file) || "only the program's own .py files are embedded");
+        (own(D.sources.missing, file) || "only the program's own source files (.py, .cu) are embedded");
       return;
     }
     body.className = "";
     if (D.meta.start_time && src.mtime > D.meta.start_time) {
       body.appendChild(el("div", "Note: the file changed after the run; lines may not match.", "dc-muted"));
     }
-    const m = state.metric, vals = lineValues(file, m);
     let max = 0;
     vals.forEach((v) => { if (v > max) max = v; });
     let current = null, prevEnd = 0;
@@ -302,7 +316,7 @@
         const n = start + k, v = vals.get(n) || 0;
         const row = el("div", undefined, "dc-line" + (n === line ? " dc-current" : ""));
         row.appendChild(el("span", n, "dc-ln"));
-        row.appendChild(el("span", v ? fmt(v, unitOf[m]) : "", "dc-val"));
+        row.appendChild(el("span", v ? fmt(v, unit) : "", "dc-val"));
         const bar = el("span", undefined, "dc-bar"), fill = el("i");
         fill.style.width = (max ? Math.round(48 * v / max) : 0) + "px";
         bar.appendChild(fill);
@@ -317,33 +331,7 @@
   }
 
   // ---- findings ---------------------------------------------------------------------------
-  const SEVERITIES = ["error", "warning", "note", "critical", "high", "medium", "low", "info"];
-  function showFindings() {
-    const list = $("dc-findings-list"), fs = D.findings || [];
-    $("dc-findings-status").textContent = fs.length ? "(" + fs.length + ")" : (D.findingsStatus || "none");
-    fs.forEach((fd, k) => {
-      const li = el("li");
-      li.dataset.index = String(k);
-      const sev = String(fd.severity || "").toLowerCase();
-      const head = el("div");
-      head.appendChild(el("span", sev || "note", "dc-sev dc-sev-" + (SEVERITIES.includes(sev) ? sev : "other")));
-      head.appendChild(el("strong", fd.title || fd.rule || "finding"));
-      li.appendChild(head);
-      if (fd.message) li.appendChild(el("div", fd.message, "dc-finding-msg"));
-      const loc = fd.location;
-      const gain = fd.estimated_gain;
-      const bits = [];
-      if (loc && loc.file) bits.push(base(String(loc.file)) + ":" + (loc.line || "?") + (loc.function ? " " + loc.function : ""));
-      if (gain && typeof gain.seconds === "number") bits.push("gain up to " + fmt(gain.seconds, "s") +
-        (typeof gain.fraction === "number" ? " (" + (100 * gain.fraction).toFixed(1) + "%)" : ""));
-      if (fd.category) bits.push(String(fd.category));
-      if (bits.length) li.appendChild(el("div", bits.join(" \u00b7 "), "dc-muted"));
-      if (fd.suggestion) li.appendChild(el("div", fd.suggestion, "dc-finding-fix"));
-      if (gain && gain.method) li.appendChild(el("div", "estimate: " + gain.method, "dc-muted"));
-      li.addEventListener("click", () => jumpTo(fd.node));
-      list.appendChild(li);
-    });
-  }
+  function showFindings() { DCFindings.show({ D, el, base, fmt, jumpTo }); }
   function jumpTo(node) {
     if (!Number.isInteger(node) || node < 0 || node >= TOP.n) return;
     if (state.mode !== "topdown") setMode("topdown");
