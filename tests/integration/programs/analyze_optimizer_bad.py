@@ -1,11 +1,12 @@
-"""Manual SGD with weight decay: in-place updates per parameter per step, from a Python loop."""
+"""Manual SGD with momentum and weight decay: in-place updates per parameter per step, from a
+Python loop."""
 import torch
 
 
-def sgd_step(params, lr, weight_decay=1e-4):
+def sgd_step(params, bufs, lr, momentum=0.9, weight_decay=1e-4):
     with torch.no_grad():
-        for p in params:
-            p.mul_(1 - lr * weight_decay).add_(p.grad, alpha=-lr)  # UPDATE
+        for p, buf in zip(params, bufs):
+            p.sub_(buf.mul_(momentum).add_(p.grad).add_(p, alpha=weight_decay), alpha=lr)  # UPDATE
             p.grad = None
 
 
@@ -15,11 +16,12 @@ def main(steps=150):
     layers = [torch.nn.Linear(16, 16) for _ in range(12)]
     model = torch.nn.Sequential(*layers)
     params = list(model.parameters())
+    bufs = [torch.zeros_like(p) for p in params]
     x = torch.randn(8, 16)
     for _ in range(steps):
         loss = model(x).square().mean()
         loss.backward()
-        sgd_step(params, 0.01)  # STEP
+        sgd_step(params, bufs, 0.01)  # STEP
     print("done")
 
 
