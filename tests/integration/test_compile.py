@@ -108,8 +108,6 @@ def test_generated_wrapper_frames_fold_away_by_default(runs):
     assert not [n for n in folded.nodes if n.frame.get("generated")]
 
 
-@pytest.mark.xfail(strict=False, reason="after the core redesign merge one of the two compile "
-                   "markers can carry no compile.time (seen once, under load); under investigation")
 def test_compilation_is_a_marker_under_the_call_line(runs):
     tree, _ = runs["cold"]
     folded = views.user_frames(tree)

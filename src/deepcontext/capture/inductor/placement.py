@@ -27,7 +27,11 @@ PHASES = ("dynamo", "aot autograd", "inductor", "kernel build", "autotune", "cud
 _PHASE_MARKERS = {p: Frame.make(MARKER, f"compile: {p}") for p in PHASES}
 # (path fragment, qualname fragment or "", phase, may start a compilation)
 _PHASE_RULES = (
-    ("/torch/_dynamo/convert_frame.py", "", "dynamo", True),
+    # Dynamo's frame callback runs for every new frame while a compiled region is on the stack
+    # and mostly decides to skip it (CatchErrorsWrapper, ConvertFrameAssert): runtime, not a
+    # compilation. One starts in _compile (its compile_inner installs the compile callbacks).
+    ("/torch/_dynamo/convert_frame.py", "_compile", "dynamo", True),
+    ("/torch/_dynamo/convert_frame.py", "", "dynamo", False),
     ("/torch/_functorch/_aot_autograd/runtime_wrappers.py", "get_or_compile", "aot autograd", True),
     ("/torch/_functorch/", "", "aot autograd", False),
     # compile_fx() itself only hands the graph to AOTAutograd; Inductor's own work starts in
