@@ -26,6 +26,20 @@
   const TOP = makeTree(Int32Array.from(D.nodes.parent), Int32Array.from(D.nodes.frame), topExcl);
   let INV = null;
 
+  // A merged job's per-rank values (top-down only: the bottom-up tree has other ids).
+  const rankIds = Object.keys(D.ranks || {}).map(Number).sort((a, b) => a - b);
+  const rankInc = dict();
+  function rankInclusive(r, m) {
+    const key = r + "\u0000" + m;
+    if (!rankInc[key]) {
+      const inc = new Float64Array(TOP.n), sparse = own(own(D.ranks, String(r)) || dict(), m);
+      if (sparse) sparse[0].forEach((node, k) => { if (node >= 0 && node < TOP.n) inc[node] += sparse[1][k]; });
+      for (let i = TOP.n - 1; i > 0; i--) inc[TOP.parent[i]] += inc[i];
+      rankInc[key] = inc;
+    }
+    return rankInc[key];
+  }
+
   function invertedTree() {
     if (!INV) INV = DCModel.invert(TOP, metricNames, NF);
     return INV;
@@ -209,6 +223,19 @@
     }
     return table;
   }
+  function ranksTable(id) {  // each rank's own inclusive value of the current metric
+    const m = state.metric, table = el("table", undefined, "dc-ranks"), head = el("tr");
+    ["rank", m, "share"].forEach((h) => head.appendChild(el("th", h)));
+    table.appendChild(head);
+    for (const r of rankIds) {
+      const inc = rankInclusive(r, m), tr = el("tr");
+      tr.appendChild(el("td", "rank " + r));
+      tr.appendChild(el("td", fmt(inc[id], unitOf[m])));
+      tr.appendChild(el("td", pct(inc[id], inc[0])));
+      table.appendChild(tr);
+    }
+    return table;
+  }
   function frameBlock(t, id) {
     const wrap = el("div"), f = t.frame[id];
     wrap.appendChild(el("div", id === 0 ? "all" : S[FN[f]], "dc-name"));
@@ -219,6 +246,7 @@
     const extra = own(D.frames.extra, String(f));
     if (extra) wrap.appendChild(el("div", extra.map((kv) => kv[0] + "=" + kv[1]).join("  "), "dc-muted"));
     wrap.appendChild(metricsTable(t, id));
+    if (rankIds.length > 1 && t === TOP) wrap.appendChild(ranksTable(id));
     return wrap;
   }
   const tooltip = $("dc-tooltip");
@@ -425,6 +453,7 @@
     document.title = "DeepContext: " + title.slice(0, 80);
     const notes = [];
     if (D.meta.complete === false) notes.push("incomplete: the program ended before the final flush");
+    if (rankIds.length > 1) notes.push(rankIds.length + " ranks (" + rankIds.join(", ") + "): values are their sum, each rank's own in the details");
     (Array.isArray(D.meta.notes) ? D.meta.notes : []).forEach((n) => notes.push(String(n)));
     $("dc-status").textContent = notes.join(" \u00b7 ");
     const sel = $("dc-metric");
@@ -489,6 +518,8 @@
     name: (id) => S[FN[tree().frame[id]]],
     findNode: (name) => { for (let i = 1; i < tree().n; i++) if (S[FN[tree().frame[i]]] === name) return i; return -1; },
     inclusive: (id, m) => inclusive(tree(), m || state.metric)[id],
+    ranks: () => rankIds.slice(),
+    rankInclusive: (id, r, m) => rankInclusive(r, m || state.metric)[id],
     zoom: zoomTo, setMetric, setMode, select, jumpTo,
     snapshot: () => {  // the shown tree (top-down or bottom-up) with the chosen metric
       const t = tree(), inc = inclusive(t, state.metric);
