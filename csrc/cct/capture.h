@@ -37,6 +37,10 @@ void ignore_thread(pid_t tid);
 // Hot paths, callable without the GIL.
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, bool is_backward);
+// An operator a thread runs for another thread's operator `issuer` (a node id): a backend's
+// worker running the collective the issuing thread enqueued. Its node, its nested operators
+// and its thread's samples go under `issuer`; closed by op_exit(handle) like any operator.
+void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer);
 // seq_consumed: 1 if an autograd node took the op's sequence number during the op, 0 if not,
 // -1 if the caller cannot tell (then the number was recorded at entry).
 void op_exit(uint64_t handle, int seq_consumed = -1);

@@ -336,6 +336,37 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
   s->depth.store(d + 1, std::memory_order_release);
 }
 
+void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer) {
+  if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;
+  ThreadState* s = registry::self();
+  if (g_dispatcher.load(std::memory_order_relaxed) != s)
+    g_dispatcher.store(s, std::memory_order_release);
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  const int d = push_depth(s, epoch);
+  if (d < 0) return;
+  uint32_t node, frame;
+  {
+    TreeWriter t(tree());
+    if (!t.has_node(issuer)) issuer = 0;
+    frame = op_frame(t, s, name);
+    node = op_child(t, s, issuer, frame);
+  }
+  OpEntry& e = s->ops[d];
+  e = OpEntry{};
+  e.node = node;
+  e.frame = frame;
+  e.py_node = issuer;
+  e.py_frame = nullptr;  // the worker runs no Python: nested ops and samples stay under `node`
+  e.handle = handle;
+  e.seq_nr = -1;
+  e.native_cut = -1;
+  e.epoch = epoch;
+  e.fwd_seq = -1;
+  e.t0_ns = now_ns();
+  s->depth.store(d + 1, std::memory_order_release);
+  if (g_observer) g_observer(name, 0, node);
+}
+
 uint32_t current_node() {
   ThreadState* s = registry::self();
   int d = s->depth.load(std::memory_order_relaxed);

@@ -2,6 +2,11 @@
 // operator stack; and the memory layer's allocation reporter. Compiled at first use against the
 // installed torch (capture/torch_ops.py), so the core itself never links libtorch; the two meet
 // through the dc_api capsule.
+// libtorch is built with NDEBUG, and so is this hook: torch's headers then agree with it (its
+// debug-only check in RecordFunction::inputs() reads a flag a release libtorch never sets).
+#ifndef NDEBUG
+#define NDEBUG
+#endif
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
@@ -10,6 +15,10 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <type_traits>
 
 #include "c_api.h"
 
@@ -17,18 +26,105 @@ namespace {
 
 const dc_api* g_api = nullptr;
 bool g_installed = false;
-at::CallbackHandle g_handle = 0;
+at::CallbackHandle g_handle = 0, g_scope_handle = 0;
+
+void enter_op(const at::RecordFunction& fn) {
+  // name() may point into a temporary (backward names): the core copies it.
+  g_api->op_enter(fn.name(), fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
+                  fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 1 : 0);
+}
+
+// -- collectives (docs/multi-rank.md) -----------------------------------------------------------
+// A ProcessGroup operator (c10d::allreduce_, ...) enqueues its work; the backend runs it in an
+// async RecordFunction ("gloo:all_reduce", "nccl:all_reduce") whose inputs are the tensors sent,
+// gloo's on its own worker thread. Torch hands the issuing thread's debug info to that thread
+// (the work's callbacks propagate its thread-local state), so each c10d operator puts its node
+// there for as long as it runs, and the backend's scope finds its issuer through it.
+struct Issuer final : c10::DebugInfoBase {
+  Issuer(uint32_t n, uint64_t t) : node(n), thread(t) {}
+  uint32_t node;    // the c10d operator's context node
+  uint64_t thread;  // RecordFunction's id of the issuing thread
+};
+
+// The debug-info slot of issuers: named by a pointer since torch 2.13, a fixed enum before it
+// (one value nobody else uses: slots are only compared, and kept in a list).
+template <typename Kind = c10::DebugInfoKind>
+Kind issuer_kind() {
+  if constexpr (std::is_enum_v<Kind>) {
+    return static_cast<Kind>(0xDC);
+  } else {
+    static constexpr std::string_view kName = "deepcontext.collective_issuer";
+    return Kind(&kName);
+  }
+}
+const c10::DebugInfoKind g_issuer_kind = issuer_kind();
+
+struct IssuerScope final : at::ObserverContext {
+  std::optional<c10::DebugInfoGuard> guard;
+};
+
+// The ProcessGroup operators and the functional collectives (``_c10d_functional::all_reduce``,
+// the older ``c10d_functional::``); the first character keeps every other operator's test short.
+bool is_process_group_op(const char* name) {
+  if (name[0] == 'c')
+    return std::strncmp(name, "c10d::", 6) == 0 || std::strncmp(name, "c10d_functional::", 17) == 0;
+  return name[0] == '_' && std::strncmp(name, "_c10d_functional::", 18) == 0;
+}
+
+uint64_t tensor_bytes(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    return t.defined() ? t.numel() * t.element_size() : 0;
+  }
+  uint64_t sum = 0;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec())
+      sum += t.defined() ? t.numel() * t.element_size() : 0;
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) sum += tensor_bytes(e);
+  }
+  return sum;
+}
+
+// A backend's async scope: under the operator that issued it, its input bytes on that operator.
+void enter_backend_scope(const at::RecordFunction& fn, const Issuer* issuer) {
+  uint64_t bytes = 0;
+  for (const c10::IValue& v : fn.inputs()) bytes += tensor_bytes(v);
+  if (bytes > 0) {
+    static const uint32_t kBytes = g_api->metric_id("comm.bytes");
+    g_api->add_metric(issuer->node, kBytes, static_cast<double>(bytes));
+  }
+  if (issuer->thread != at::RecordFunction::currentThreadId())
+    g_api->op_enter_linked(fn.name(), fn.handle(), issuer->node);
+  else
+    enter_op(fn);  // NCCL: started on the issuing thread, inside its operator
+}
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
-  if (g_api->enabled()) {
-    // name() may point into a temporary (backward names): the core copies it.
-    g_api->op_enter(fn.name(), fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
-                    fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 1 : 0);
-  }
+  if (!g_api->enabled()) return nullptr;
+  enter_op(fn);
+  if (!is_process_group_op(fn.name())) return nullptr;
+  auto scope = std::make_unique<IssuerScope>();
+  scope->guard.emplace(g_issuer_kind,
+                       std::make_shared<Issuer>(g_api->current_node(), fn.threadId()));
+  return scope;
+}
+
+// USER_SCOPE record functions (record_function, the backends' scopes): with their inputs.
+std::unique_ptr<at::ObserverContext> on_enter_scope(const at::RecordFunction& fn) {
+  if (!g_api->enabled()) return nullptr;
+  const auto* issuer = fn.isAsync() ? static_cast<const Issuer*>(
+                                          c10::ThreadLocalDebugInfo::get(g_issuer_kind))
+                                    : nullptr;
+  if (issuer != nullptr)
+    enter_backend_scope(fn, issuer);
+  else
+    enter_op(fn);
   return nullptr;
 }
 
-void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (ctx != nullptr) static_cast<IssuerScope*>(ctx)->guard.reset();
   // An op only peeks at the next sequence number; the one that creates the autograd node
   // consumes it, and that is the forward line its backward belongs to.
   int64_t seq = fn.seqNr();
@@ -41,19 +137,26 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 void install(py::capsule capsule) {
   if (g_installed) {
     at::reenableCallback(g_handle);
+    at::reenableCallback(g_scope_handle);
     return;
   }
   auto* api = static_cast<const dc_api*>(capsule.get_pointer());
   if (api == nullptr || api->version != DC_API_VERSION)
     throw std::runtime_error("deepcontext core and torch hook disagree on the C API version");
   g_api = api;
+  // Operators without their inputs (copying them would cost every op); scopes with them (the
+  // backends' scopes carry the tensors a collective sends, and scopes are few).
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
                             .needsInputs(false)
                             .needsOutputs(false)
                             .needsIds(true)
                             .scopes({at::RecordScope::FUNCTION,
-                                     at::RecordScope::BACKWARD_FUNCTION,
-                                     at::RecordScope::USER_SCOPE}));
+                                     at::RecordScope::BACKWARD_FUNCTION}));
+  g_scope_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter_scope, on_exit)
+                                  .needsInputs(true)
+                                  .needsOutputs(false)
+                                  .needsIds(true)
+                                  .scopes({at::RecordScope::USER_SCOPE}));
   g_installed = true;
 }
 
@@ -129,7 +232,9 @@ void memory_detach() {
 }  // namespace
 
 void uninstall() {
-  if (g_installed) at::disableCallback(g_handle);
+  if (!g_installed) return;
+  at::disableCallback(g_handle);
+  at::disableCallback(g_scope_handle);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

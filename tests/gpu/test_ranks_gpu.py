@@ -71,6 +71,20 @@ def test_ddp_bucket_allreduce_has_nccl_kernels_under_it(job):
         assert sum(job.rank_inclusive_all("gpu.time", rank)[k] for k in kernels) > 0
 
 
+def test_nccl_collectives_carry_their_bytes(job):
+    (known,) = _below(job, "KNOWN", lambda f: f.kind == "op" and f.name == "c10d::allreduce_")
+    reduces = _below(job, "DDP_STEP", lambda f: f.kind == "op" and f.name == "c10d::allreduce_")
+    grads = 2 * (1024 * 1024 + 1024) * 4  # every float32 gradient, all-reduced once a step
+    for rank in (0, 1):
+        assert job.rank_exclusive(known, "op.count", rank) == STEPS
+        assert job.rank_exclusive(known, "comm.bytes", rank) == STEPS * (1 << 20) * 4
+        # NCCL's scope starts and ends on the issuing thread, inside the operator
+        (scope,) = [c for c in job.nodes[known].children
+                    if job.nodes[c].frame.name == "nccl:all_reduce"]
+        assert job.rank_exclusive(scope, "op.count", rank) == STEPS
+        assert sum(job.rank_exclusive(n, "comm.bytes", rank) for n in reduces) == STEPS * grads
+
+
 def test_fsdp_collectives_are_attributed(job):
     names = {job.nodes[n].frame.name for n in _below(
         job, "FSDP_STEP", lambda f: f.kind == "op" and f.name.startswith("c10d::"))}

@@ -14,7 +14,14 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from helpers import PROGRAMS, line_of, loaded, python_nodes, subtree_ids  # noqa: E402
+from helpers import (  # noqa: E402
+    PROGRAMS,
+    children_named,
+    line_of,
+    loaded,
+    python_nodes,
+    subtree_ids,
+)
 
 CLI = [sys.executable, "-m", "deepcontext"]
 
@@ -25,27 +32,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _record(tmp, *command, timeout=240):
-    return subprocess.run([*CLI, "record", "-o", "job.dcprof", "--", *command], cwd=tmp,
+def _record(tmp, *command, options=(), timeout=240):
+    return subprocess.run([*CLI, "record", "-o", "job.dcprof", *options, "--", *command], cwd=tmp,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _op_counts(tree, rank, program, marker, op):
-    """op.count of ``op`` below the program's marked line (through torch's own Python frames),
-    on ``rank``."""
-    total = 0
-    for line in python_nodes(tree, program, line_of(program, marker)):
-        for node in subtree_ids(tree, line):
-            if tree.nodes[node].frame.kind == "op" and tree.nodes[node].frame.name == op:
-                total += tree.rank_exclusive(node, "op.count", rank)
-    return total
+def _op_nodes(tree, program, marker, op):
+    """The nodes of operator ``op`` below the program's marked line (through torch's own Python
+    frames)."""
+    return [node for line in python_nodes(tree, program, line_of(program, marker))
+            for node in subtree_ids(tree, line)
+            if tree.nodes[node].frame.kind == "op" and tree.nodes[node].frame.name == op]
+
+
+def _op_counts(tree, rank, program, marker, op, metric="op.count"):
+    """``metric`` (op.count) of ``op`` below the program's marked line, on ``rank``."""
+    return sum(tree.rank_exclusive(n, metric, rank) for n in _op_nodes(tree, program, marker, op))
 
 
 @pytest.fixture(scope="module")
 def torchrun_job(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("torchrun")
+    # 1 ms samples: gloo's worker thread spends about 20 ms reducing the LARGE tensors
     proc = _record(tmp, sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                   "--master_port", str(_free_port()), str(PROGRAMS / "ranks_ddp.py"))
+                   "--master_port", str(_free_port()), str(PROGRAMS / "ranks_ddp.py"),
+                   options=("--sample-interval", "0.001"))
     assert proc.returncode == 0, proc.stderr
     return tmp, proc
 
@@ -89,6 +100,48 @@ def test_collectives_are_attributed_per_rank_exactly(torchrun_job):
     (extra,) = python_nodes(tree, prog, line_of(prog, "STRAGGLE"))
     assert tree.rank_inclusive_all("cpu.time", 0)[extra] == 0
     assert tree.rank_inclusive_all("cpu.time", 1)[extra] > 0.3
+
+
+def test_collectives_carry_their_bytes_under_the_line_that_issued_them(torchrun_job):
+    tree = loaded(torchrun_job[0] / "job.dcprof")
+    prog, f32 = "ranks_ddp.py", 4
+    bucket = (16 * 16 + 16 + 16 * 4 + 4) * f32  # DDP's one bucket: every gradient of the model
+    expected = {  # marker: (c10d operator, its backend's scope, calls, bytes) on every rank
+        "BACKWARD": ("c10d::allreduce_", "gloo:all_reduce", 3, 3 * bucket),
+        "PER_PARAM": ("c10d::allreduce_", "gloo:all_reduce", 24, 2 * 6 * (8 * 8 + 8) * f32),
+        "SMALL": ("c10d::allreduce_", "gloo:all_reduce", 5, 5 * 256 * f32),
+        "BROADCAST": ("c10d::broadcast_", "gloo:broadcast", 1, 100 * 8),
+        "ALLGATHER": ("c10d::allgather_", "gloo:all_gather", 1, 64 * 4),  # this rank's input
+        "BARRIER": ("c10d::barrier", "gloo:barrier", 1, 0),
+        "LARGE": ("c10d::allreduce_", "gloo:all_reduce", 4, 4 * (8 << 20) * f32),
+    }
+    for rank in (0, 1):
+        for marker, (op, scope, calls, nbytes) in expected.items():
+            (node,) = _op_nodes(tree, prog, marker, op)
+            assert tree.rank_exclusive(node, "op.count", rank) == calls, (marker, rank)
+            assert tree.rank_exclusive(node, "comm.bytes", rank) == nbytes, (marker, rank)
+            # the backend's scope (run on gloo's worker thread) nests under the operator
+            (backend,) = children_named(tree, node, "op", scope)
+            assert tree.rank_exclusive(backend, "op.count", rank) == calls, (marker, rank)
+    # the merged view adds the ranks' bytes
+    (large,) = _op_nodes(tree, prog, "LARGE", "c10d::allreduce_")
+    assert tree.exclusive(large, "comm.bytes") == 2 * 4 * (8 << 20) * f32
+
+
+def test_gloo_worker_thread_time_lies_under_the_collective_it_runs(torchrun_job):
+    tree = loaded(torchrun_job[0] / "job.dcprof")
+    for rank in (0, 1):
+        view = tree.rank_view(rank)
+        # no collective is left on its own at the top of a rank (the worker has no Python)
+        assert [view.nodes[c].frame.name for c in view.nodes[0].children
+                if view.nodes[c].frame.kind == "op"] == []
+        for node in view.nodes:
+            if node.frame.kind == "op" and node.frame.name.startswith("gloo:"):
+                assert view.nodes[node.parent].frame.name.startswith("c10d::"), node.frame.name
+        # the worker's own samples: on the backend's scope under the LARGE line's operator
+        (large,) = _op_nodes(view, "ranks_ddp.py", "LARGE", "c10d::allreduce_")
+        (backend,) = children_named(view, large, "op", "gloo:all_reduce")
+        assert view.exclusive(backend, "cpu.time") > 0, rank
 
 
 def test_straggler_and_per_parameter_rules_name_the_line_and_rank(torchrun_job):

@@ -3,6 +3,7 @@ files, damaged per-rank records are one-line errors."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -98,3 +99,61 @@ def test_hostile_rank_metadata_does_not_break_the_merge():
     m = merge_profiles([a, b], ["a", "b"])
     assert m.ranks() == [1, 3] and "world_size" not in m.metadata
     assert [e["rank"] for e in m.metadata["ranks"] if isinstance(e, dict)] == ["x", 1, 3]
+
+
+def _cli(*args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "deepcontext", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _job(tmp_path, name, mm, wait):
+    """A merged job of two ranks: (mm, wait) seconds per rank."""
+    files = [rank_profile(tmp_path / f"{name}.rank{r}.dcprof", r, mm[r], wait[r]) for r in (0, 1)]
+    out = tmp_path / f"{name}.dcprof"
+    save(merge_profiles([load(f) for f in files], [f.name for f in files]), out)
+    return out
+
+
+def test_report_shows_each_ranks_own_value_beside_the_sum(tmp_path):
+    job = _job(tmp_path, "job", (1.0, 1.5), (0.5, 0.0))
+    text = _cli("report", str(job), "--metric", "cpu.time", "--all-frames", cwd=tmp_path)
+    lines = text.splitlines()
+    assert "top-down  total cpu.time = 2.5s  (r0 1s | r1 1.5s)" in lines
+    (mm,) = [line for line in lines if "aten::mm" in line]
+    assert mm.endswith("[op] aten::mm  r0 1s | r1 1.5s")
+    assert "each rank's own after the line (rN)" in text
+    # JSON: every node carries each rank's inclusive values; the views keep them
+    doc = json.loads(_cli("report", str(job), "--format", "json", "--all-frames", cwd=tmp_path))
+    (step,) = doc["tree"]["children"]
+    assert step["rank_inclusive"] == {"0": {"cpu.time": 1.0, "op.time": 0.5},
+                                      "1": {"cpu.time": 1.5}}
+    assert step["inclusive"] == {"cpu.time": 2.5, "op.time": 0.5}
+    inverted = json.loads(_cli("report", str(job), "--format", "json", "--inverted",
+                               "--metric", "op.time", cwd=tmp_path))
+    (wait,) = [c for c in inverted["tree"]["children"] if c["frame"]["name"] == "c10d::allreduce_"]
+    assert wait["rank_inclusive"] == {"0": {"op.time": 0.5}, "1": {}}
+    # one rank alone has no per-rank values to show
+    one = _cli("report", str(job), "--rank", "1", "--metric", "cpu.time", "--all-frames",
+               cwd=tmp_path)
+    assert "top-down  total cpu.time = 1.5s" in one.splitlines() and " r1 " not in one
+
+
+def test_diff_of_merged_jobs_shows_each_ranks_change(tmp_path):
+    before = _job(tmp_path, "before", (1.0, 2.0), (1.0, 0.0))
+    after = _job(tmp_path, "after", (1.5, 1.0), (0.0, 0.0))
+    text = _cli("diff", str(before), str(after), "--metric", "op.time", cwd=tmp_path)
+    lines = text.splitlines()
+    (row,) = [i for i, line in enumerate(lines) if "(-1s)" in line]
+    assert lines[row + 1] == "      ranks: r0 1s->0s, r1 0s->0s"
+    doc = json.loads(_cli("diff", str(before), str(after), "--metric", "cpu.time",
+                          "--format", "json", cwd=tmp_path))
+    (ctx,) = doc["contexts"]
+    assert ctx["delta"]["cpu.time"] == -0.5
+    assert {k: (v["before"].get("cpu.time"), v["after"].get("cpu.time"))
+            for k, v in ctx["ranks"].items()} == {"0": (1.0, 1.5), "1": (2.0, 1.0)}
+    # one rank against another of the same job: plain profiles, no per-rank lines
+    text = _cli("diff", str(before), str(before), "--rank-before", "0", "--rank-after", "1",
+                "--metric", "cpu.time", cwd=tmp_path)
+    assert "ranks:" not in text and "1s ->        2s  (+1s)" in text

@@ -26,10 +26,12 @@ def job(per_rank):
     return merge_profiles(trees, [f"r{r}" for r in per_rank])
 
 
-def step(work_s, wait_s):
-    return [([STEP, WORK, op("aten::mm")], {"cpu.time": work_s, "op.time": work_s}),
-            ([REDUCE, ALLREDUCE], {"op.time": 0.001, "op.count": 10}),
-            ([GLOO], {"op.time": wait_s})]
+def step(work_s, wait_s, outer=()):
+    """One rank's step: work at a line, then an all-reduce whose backend scope (gloo's worker,
+    nested under the operator as in real profiles) waits ``wait_s`` for the peers."""
+    return [([*outer, STEP, WORK, op("aten::mm")], {"cpu.time": work_s, "op.time": work_s}),
+            ([*outer, REDUCE, ALLREDUCE], {"op.time": 0.001, "op.count": 10}),
+            ([*outer, REDUCE, ALLREDUCE, GLOO], {"op.time": wait_s})]
 
 
 def test_straggler_names_rank_and_line():
@@ -39,6 +41,19 @@ def test_straggler_names_rank_and_line():
     assert f.location.line == 20 and f.location.function == "work"
     assert f.evidence["rank_time_s"] == 2.5 and f.evidence["others_median_s"] == 1.0
     assert f.evidence["ranks"] == 3
+
+
+def test_the_wait_inside_an_outer_line_does_not_hide_its_cpu_work():
+    # the work is CPU time outside operators; the outer line's operator time is nearly all the
+    # wait (rank 0: 1.5 s): the wait leaves each metric before they are combined, so the outer
+    # line keeps rank 0's 1 s of work and the deeper line is named
+    outer = (user(5, "<module>"),)
+    work = lambda s: ([*outer, STEP, WORK], {"cpu.time": s})  # noqa: E731
+    tree = job({0: [work(1.0), *step(0.0, 1.5, outer)[1:]],
+                1: [work(2.5), *step(0.0, 0.0, outer)[1:]]})
+    (f,) = analyze(tree, [StragglerRule])
+    assert f.evidence["rank"] == 1 and f.location.line == 20
+    assert f.evidence["rank_time_s"] == 2.5 and f.evidence["others_median_s"] == 1.0
 
 
 def test_balanced_ranks_and_single_profiles_have_no_straggler():

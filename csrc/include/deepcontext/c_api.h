@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 3
+#define DC_API_VERSION 4
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -48,6 +48,11 @@ typedef struct dc_api {
    * DC_MEM_SEGMENT_ALLOC, DC_MEM_SEGMENT_FREE (bytes: the segment), DC_MEM_RETRY (bytes: how
    * many retries), DC_MEM_OOM. */
   void (*mem_allocator_event)(int action, int slot, uint64_t bytes);
+
+  /* An operator the calling thread runs for operator node `issuer` of another thread (a
+   * backend's worker running a collective that thread enqueued): nested under `issuer`, closed
+   * by op_exit(handle). */
+  void (*op_enter_linked)(const char* name, uint64_t handle, uint32_t issuer);
 } dc_api;
 
 enum dc_mem_action {

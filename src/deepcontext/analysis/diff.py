@@ -31,6 +31,9 @@ class ContextDiff:
     ops_after: Counter = field(default_factory=Counter)
     kernels_before: Counter = field(default_factory=Counter)
     kernels_after: Counter = field(default_factory=Counter)
+    #: merged multi-rank profiles: rank -> metric -> value, each rank's own
+    ranks_before: dict[int, dict[str, float]] = field(default_factory=dict)
+    ranks_after: dict[int, dict[str, float]] = field(default_factory=dict)
 
     def delta(self, metric: str) -> float:
         return self.after.get(metric, 0.0) - self.before.get(metric, 0.0)
@@ -120,6 +123,11 @@ def _collect(tree: CallingContextTree, match: str, side: str,
         values = row.before if side == "before" else row.after
         for metric, value in node.metrics.items():
             values[metric] = values.get(metric, 0.0) + value
+        ranks = row.ranks_before if side == "before" else row.ranks_after
+        for rank, table in tree.rank_metrics.items():
+            own = ranks.setdefault(rank, {})
+            for metric, value in table.get(node.id, {}).items():
+                own[metric] = own.get(metric, 0.0) + value
         if node.frame.kind == KERNEL:
             kernels = row.kernels_before if side == "before" else row.kernels_after
             kernels[node.frame.name] += node.metrics.get("gpu.launches", 0.0)

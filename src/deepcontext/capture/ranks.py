@@ -8,7 +8,9 @@ descendant is profiled only when it is a rank:
 - a launcher set ``RANK`` in its environment (torchrun and everything built on it): profiled
   from its first line into ``<out>.rank<RANK>.dcprof``;
 - a ``multiprocessing`` spawn child (``torch.multiprocessing.spawn``) that joins a process
-  group: profiled from ``init_process_group`` on, into ``<out>.rank<rank>.dcprof``.
+  group: profiled from ``init_process_group`` on, into ``<out>.rank<rank>.dcprof``;
+- the one worker ``accelerate launch`` starts without a launcher of ranks (``--cpu``): its
+  direct child carrying accelerate's variables, profiled as rank 0 of one.
 
 Every descendant removes the variables at once, so a rank's own children (spawned DataLoader
 workers, compile workers) and plain subprocesses are never profiled; forked children never
@@ -106,7 +108,8 @@ class TopSession(Session):
             super()._say_where()
             return
         names = ", ".join(p.name for p in ranks)
-        print(f"deepcontext: profile of {len(ranks)} ranks written to {self.output} "
+        print(f"deepcontext: profile of {len(ranks)} rank{'s' if len(ranks) > 1 else ''} "
+              f"written to {self.output} "
               f"(per rank: {names}; the launcher: {launcher_path(self.output).name}); "
               f"read it with: deepcontext report {self.output}", file=sys.stderr, flush=True)
 
@@ -151,7 +154,7 @@ def top_session_class(config: dict[str, Any], bootstrap_dir: str) -> Callable[..
     if _is_rank_environment():
         return Session
     job = f"{os.getpid()}-{time.time_ns()}"
-    os.environ[ENV] = json.dumps({**config, "job": job})
+    os.environ[ENV] = json.dumps({**config, "job": job, "top_pid": os.getpid()})
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [bootstrap_dir, *filter(None, [os.environ.get("PYTHONPATH")])])
     return functools.partial(TopSession, job=job)
@@ -162,6 +165,12 @@ def start_launched_rank(config: dict[str, Any]) -> None:
     rank = _int_env("RANK")
     if rank is not None:
         RankSession(rank_path(config["output"], rank), config, rank, _int_env("WORLD_SIZE")).start()
+
+
+def start_single_worker(config: dict[str, Any]) -> None:
+    """The one worker ``accelerate launch`` starts itself (``--cpu``, or one process): the
+    program, profiled from its first line as rank 0 of a job of one."""
+    RankSession(rank_path(config["output"], 0), config, 0, 1).start()
 
 
 def start_at_init_process_group(c10d: Any, config: dict[str, Any]) -> None:

@@ -106,6 +106,10 @@ def to_json(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace) -
             "delta": {m: r.delta(m) for m in sorted(set(r.before) | set(r.after))},
             "ops": {n: {"before": b, "after": a} for n, (b, a) in r.changed_ops().items()},
             "kernels": {n: {"before": b, "after": a} for n, (b, a) in r.changed_kernels().items()},
+            **({"ranks": {str(k): {"before": r.ranks_before.get(k, {}),
+                                   "after": r.ranks_after.get(k, {})}
+                          for k in sorted(set(r.ranks_before) | set(r.ranks_after))}}
+               if len(set(r.ranks_before) | set(r.ranks_after)) > 1 else {}),
         } for r in rows],
     }
 
@@ -159,6 +163,11 @@ def to_text(d: ProfileDiff, rows: list[ContextDiff], args: argparse.Namespace,
         sign = "+" if delta > 0 else "-"
         out.append(f"{_fmt(m, r.before.get(m, 0.0)):>9} -> {_fmt(m, r.after.get(m, 0.0)):>9}  "
                    f"({sign}{_fmt(m, abs(delta))})  {printable(r.label)}")
+        ranks = sorted(set(r.ranks_before) | set(r.ranks_after))
+        if len(ranks) > 1:  # merged jobs: each rank's own change
+            out.append("      ranks: " + ", ".join(
+                f"r{k} {_fmt(m, r.ranks_before.get(k, {}).get(m, 0.0))}->"
+                f"{_fmt(m, r.ranks_after.get(k, {}).get(m, 0.0))}" for k in ranks))
         ops = r.changed_ops()
         if ops:
             shown = sorted(ops.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:6]

@@ -21,16 +21,21 @@ def tree_document(tree: CallingContextTree, metric: str, *, depth: int | None = 
     incs = {m: tree.inclusive_all(m) for m in names}
     total = incs[metric][0] if metric in incs else 0.0
     limit = threshold * total
+    rank_incs = {r: {m: tree.rank_inclusive_all(m, r) for m in names} for r in tree.ranks()}
 
     def node_doc(nid: int) -> dict[str, Any]:
         n = tree.nodes[nid]
-        return {
+        doc = {
             "id": nid,
             "frame": n.frame.to_dict(),
             "metrics": {m: v for m, v in sorted(n.metrics.items()) if v},
             "inclusive": {m: incs[m][nid] for m in names if incs[m][nid]},
             "children": [],
         }
+        if rank_incs:  # a merged job: each rank's own inclusive values (docs/report-json.md)
+            doc["rank_inclusive"] = {str(r): {m: v[nid] for m, v in by_metric.items() if v[nid]}
+                                     for r, by_metric in rank_incs.items()}
+        return doc
 
     # Iterative, so a deep tree cannot exhaust Python's recursion limit.
     root = node_doc(0)

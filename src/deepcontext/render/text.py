@@ -75,7 +75,13 @@ def render_tree(console: Console, tree: CallingContextTree, metric: str, *, dept
     total = inc[0]
     unit = unit_of(metric)
     limit = threshold * total
-    root = RichTree(Text(f"{title}  total {metric} = {format_value(total, unit)}", style="bold"))
+    # a merged job (two or more ranks): each line also shows every rank's own value
+    ranks = tree.ranks() if len(tree.ranks()) > 1 else []
+    by_rank = {r: tree.rank_inclusive_all(metric, r) for r in ranks}
+    heading = f"{title}  total {metric} = {format_value(total, unit)}"
+    if ranks:
+        heading += f"  ({rank_values([(r, by_rank[r][0]) for r in ranks], unit)})"
+    root = RichTree(Text(heading, style="bold"))
     shown = 0
 
     def label(nid: int) -> Text:
@@ -86,6 +92,8 @@ def render_tree(console: Console, tree: CallingContextTree, metric: str, *, dept
         if excl and node.children:
             t.append(f"(self {format_value(excl, unit)}) ", style="dim")
         t.append_text(frame_text(node.frame))
+        if ranks:
+            t.append(f"  {rank_values([(r, by_rank[r][nid]) for r in ranks], unit)}", style="dim")
         return t
 
     stack = [(root, nid, 1) for nid in _sorted_children(tree, 0, inc)][::-1]
@@ -101,6 +109,19 @@ def render_tree(console: Console, tree: CallingContextTree, metric: str, *, dept
     if shown == 0:
         root.add(Text("(nothing above the threshold)", style="dim"))
     console.print(root)
+
+
+#: Up to this many ranks a line lists each one's value; beyond, their spread.
+MAX_LISTED_RANKS = 8
+
+
+def rank_values(values: list[tuple[int, float]], unit: str) -> str:
+    """``r0 1.2s | r1 2.0s``, or for many ranks ``min 1.2s (r3) · max 2.0s (r1)``."""
+    if len(values) <= MAX_LISTED_RANKS:
+        return " | ".join(f"r{r} {format_value(v, unit)}" for r, v in values)
+    lo, hi = min(values, key=lambda rv: rv[1]), max(values, key=lambda rv: rv[1])
+    return (f"{len(values)} ranks: min {format_value(lo[1], unit)} (r{lo[0]}) · "
+            f"max {format_value(hi[1], unit)} (r{hi[0]})")
 
 
 def _sorted_children(tree: CallingContextTree, nid: int, inc: list[float]) -> list[int]:
@@ -141,6 +162,7 @@ def render_header(console: Console, tree: CallingContextTree) -> None:
         console.print(Text(f"rank: {meta['rank']}", style="dim"))
     elif ranks:  # a merged multi-rank job: say how to see one rank
         console.print(Text(f"ranks: {len(ranks)} ({', '.join(map(str, ranks))}); values are "
-                           "their sum, one rank's own: --rank N", style="dim"))
+                           "their sum, each rank's own after the line (rN), one rank alone: "
+                           "--rank N", style="dim"))
     for note in meta.get("notes") or []:
         console.print(Text(f"note: {printable(str(note))}", style="yellow"))

@@ -69,6 +69,15 @@ class CallingContextTree:
         m[metric] = m.get(metric, 0.0) + value
         self._inclusive_cache.pop((metric, rank), None)
 
+    def add_values_of(self, other: CallingContextTree, node: int, into: int) -> None:
+        """Add ``other``'s values of ``node`` to this tree's node ``into``: their sums and each
+        rank's own (views of a merged job keep the ranks apart)."""
+        for metric, value in other.nodes[node].metrics.items():
+            self.add_metric(into, metric, value)
+        for r, table in other.rank_metrics.items():
+            for metric, value in table.get(node, {}).items():
+                self.add_rank_metric(r, into, metric, value)
+
     def merge(self, other: CallingContextTree, parent: int = 0, rank: int | None = None) -> None:
         """Add ``other``'s nodes and metrics into this tree (matching contexts by frames).
         With ``rank``, ``other``'s values are also kept as that rank's own; per-rank values

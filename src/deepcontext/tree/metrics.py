@@ -38,6 +38,8 @@ KNOWN_METRICS: dict[str, MetricInfo] = {
         MetricInfo("compile.count", "count", "torch.compile compilations"),
         MetricInfo("compile.host", "s", "CPU time sampled inside a [marker] compile "
                                         "(host-time rules leave it out)"),
+        MetricInfo("comm.bytes", "bytes", "bytes of the tensors a collective sends from this "
+                                          "rank (its input buffers), on its c10d operator"),
         MetricInfo("native.samples", "count", "samples that carried a native stack"),
         # The memory layer (docs/memory.md); mem.<device>.peak.bytes is the per-device peak.
         MetricInfo("mem.alloc.bytes", "bytes", "bytes allocated by tensors at this context"),

@@ -18,8 +18,7 @@ def inverted(tree: CallingContextTree) -> CallingContextTree:
         if not node.metrics:
             continue
         leaf = inv.add_path(reversed(tree.path(node.id)))
-        for metric, value in node.metrics.items():
-            inv.add_metric(leaf, metric, value)
+        inv.add_values_of(tree, node.id, leaf)
     return inv
 
 
@@ -93,8 +92,7 @@ def filtered(tree: CallingContextTree, include: str | None = None,
             continue
         nid = out.child(mapping[node.parent], node.frame)
         mapping[node.id] = nid
-        for m, v in node.metrics.items():
-            out.add_metric(nid, m, v)
+        out.add_values_of(tree, node.id, nid)
     return out
 
 
@@ -110,6 +108,5 @@ def user_frames(tree: CallingContextTree) -> CallingContextTree:
             mapping[node.id] = parent
         else:
             mapping[node.id] = out.child(parent, f)
-        for m, v in node.metrics.items():
-            out.add_metric(mapping[node.id], m, v)
+        out.add_values_of(tree, node.id, mapping[node.id])
     return out

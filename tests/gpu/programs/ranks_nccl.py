@@ -1,4 +1,5 @@
-"""A two-rank NCCL job (torchrun): DDP steps, then FSDP steps, each rank on its own GPU.
+"""A two-rank NCCL job (torchrun): DDP steps, all-reduces of a known size, then FSDP steps,
+each rank on its own GPU.
 Used by tests/gpu/test_ranks_gpu.py."""
 import os
 
@@ -18,6 +19,9 @@ def main():
         nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).cuda())
     for _ in range(STEPS):
         ddp(torch.randn(64, 1024, device="cuda")).sum().backward()  # DDP_STEP
+    known = torch.ones(1 << 20, device="cuda")
+    for _ in range(STEPS):
+        dist.all_reduce(known)  # KNOWN
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     fsdp = FSDP(nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).cuda())

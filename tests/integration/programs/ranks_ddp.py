@@ -1,5 +1,6 @@
 """Two or more ranks over gloo (started by torchrun): DDP steps where rank 1 computes longer,
-then a per-parameter all-reduce loop. Used by tests/integration/test_ranks.py."""
+a per-parameter all-reduce loop, then collectives of known sizes and a large all-reduce whose
+reduction keeps gloo's worker thread busy. Used by tests/integration/test_ranks*.py."""
 import time
 
 import torch
@@ -7,6 +8,7 @@ import torch.distributed as dist
 from torch import nn
 
 DDP_STEPS, LOOP_STEPS = 3, 2
+SMALL, LARGE = 5, 4  # all-reduces of 1 KiB and of 32 MiB
 
 
 def busy(seconds):
@@ -29,6 +31,16 @@ def main():
         plain(torch.randn(4, 8)).sum().backward()
         for p in plain.parameters():
             dist.all_reduce(p.grad)  # PER_PARAM
+    small = torch.ones(256)
+    for _ in range(SMALL):
+        dist.all_reduce(small)  # SMALL
+    dist.broadcast(torch.zeros(100, dtype=torch.float64), src=0)  # BROADCAST
+    parts = [torch.empty(64, dtype=torch.int32) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, torch.full((64,), rank, dtype=torch.int32))  # ALLGATHER
+    dist.barrier()  # BARRIER
+    large = torch.ones(8 << 20)
+    for _ in range(LARGE):
+        dist.all_reduce(large)  # LARGE
     print(f"rank {rank} of {dist.get_world_size()} done", flush=True)
     dist.destroy_process_group()
 

@@ -41,13 +41,36 @@ def collective_roots(ctx: AnalysisContext) -> list[int]:
     return roots
 
 
+_TIME_METRICS = ("cpu.time", "op.time", "gpu.time")
+
+
+def _combined(cpu: float, op: float, gpu: float) -> float:
+    """Host time (sampled CPU or operator wall time, the larger) plus GPU time, the per-rank
+    form of ``ctx.host_time``."""
+    return max(cpu, op) + gpu
+
+
 def _rank_time(ctx: AnalysisContext, rank: int) -> list[float]:
-    """Per node: host time on ``rank`` (sampled CPU or operator wall time, the larger) plus its
-    GPU time, the per-rank form of ``ctx.host_time``."""
-    tree = ctx.tree
-    cpu, op = tree.rank_inclusive_all("cpu.time", rank), tree.rank_inclusive_all("op.time", rank)
-    gpu = tree.rank_inclusive_all("gpu.time", rank)
-    return [max(c, o) + g for c, o, g in zip(cpu, op, gpu)]
+    """Per node: its inclusive time on ``rank``."""
+    cpu, op, gpu = (ctx.tree.rank_inclusive_all(m, rank) for m in _TIME_METRICS)
+    return [_combined(c, o, g) for c, o, g in zip(cpu, op, gpu)]
+
+
+def _rank_own_time(ctx: AnalysisContext, roots: list[int], rank: int) -> list[float]:
+    """Per node: its inclusive time on ``rank`` without the collectives below it (waiting is not
+    the line's own work). Each metric loses its collectives' share before they are combined: a
+    line's operator time is mostly the wait inside its collectives (gloo's worker runs them
+    under the line), while its own work may be CPU time outside any operator."""
+    own = [list(ctx.tree.rank_inclusive_all(m, rank)) for m in _TIME_METRICS]
+    for c in roots:
+        share = [values[c] for values in own]
+        for a in ctx.ancestors(ctx.tree.nodes[c].parent):
+            for values, v in zip(own, share):
+                values[a] -= v
+        for values in own:  # the collective's own subtree is all wait
+            for n in (x.id for x in ctx.tree.walk(c)):
+                values[n] = 0.0
+    return [_combined(c, o, g) for c, o, g in zip(*own)]
 
 
 class StragglerRule(Rule):
@@ -69,9 +92,8 @@ class StragglerRule(Rule):
         if len(ranks) < 2:
             return
         roots = collective_roots(ctx)
-        time = {r: _rank_time(ctx, r) for r in ranks}
-        comm_under = {r: self._comm_under(ctx, roots, time[r]) for r in ranks}
-        comm_total = {r: sum(time[r][c] for c in roots) for r in ranks}
+        own = {r: _rank_own_time(ctx, roots, r) for r in ranks}
+        comm_total = {r: sum(_rank_time(ctx, r)[c] for c in roots) for r in ranks}
         depth = [0] * len(ctx.tree.nodes)
         for node in ctx.tree.nodes[1:]:
             depth[node.id] = depth[node.parent] + 1
@@ -79,9 +101,8 @@ class StragglerRule(Rule):
             others = [q for q in ranks if q != rank]
             excess: dict[int, tuple[float, float]] = {}
             for line in ctx.user_nodes():
-                mine = time[rank][line] - comm_under[rank].get(line, 0.0)
-                theirs = statistics.median(time[q][line] - comm_under[q].get(line, 0.0)
-                                           for q in others)
+                mine = own[rank][line]
+                theirs = statistics.median(own[q][line] for q in others)
                 if mine - theirs > 0 and mine - theirs >= self.t("min_excess_ratio") * max(theirs, 1e-9):
                     excess[line] = (mine - theirs, theirs)
             if not excess:
@@ -115,15 +136,6 @@ class StragglerRule(Rule):
                 method="the others' extra wait, bounded by the straggler's excess, times the "
                        "number of waiting ranks")
 
-    @staticmethod
-    def _comm_under(ctx: AnalysisContext, roots: list[int], time: list[float]) -> dict[int, float]:
-        """Collective time below each user line (waiting is not the line's own work)."""
-        under: dict[int, float] = {}
-        for c in roots:
-            for a in ctx.ancestors(ctx.tree.nodes[c].parent):
-                if ctx.owner[a] == a:
-                    under[a] = under.get(a, 0.0) + time[c]
-        return under
 
 
 class BlockingCollectiveRule(Rule):

@@ -31,6 +31,12 @@ def _spawned_by_multiprocessing() -> bool:
     return "--multiprocessing-fork" in getattr(sys, "orig_argv", ())
 
 
+def _started_alone_by_accelerate(config) -> bool:
+    """``accelerate launch --cpu`` runs the program as its one direct child (its simple
+    launcher), marked by accelerate's variables and no RANK: that child is the whole job."""
+    return "ACCELERATE_MIXED_PRECISION" in os.environ and os.getppid() == config.get("top_pid")
+
+
 def _when_imported(name, config) -> None:
     """Once ``name`` is imported, let capture/ranks.py watch for the process group; until then
     (and in children that never import it) nothing of deepcontext is imported."""
@@ -84,6 +90,10 @@ def _start() -> None:
             start_launched_rank(config)
         elif _spawned_by_multiprocessing():  # perhaps an mp.spawn rank: decided at init
             _when_imported("torch.distributed.distributed_c10d", config)
+        elif _started_alone_by_accelerate(config):
+            from deepcontext.capture.ranks import start_single_worker
+
+            start_single_worker(config)
     except Exception as e:  # noqa: BLE001 - never stop the user's program from starting
         print(f"deepcontext: profiling not started: {e}", file=sys.stderr)
 

@@ -17,7 +17,7 @@ DOC_VERSION = 1
 PROGRESS_STEP = 2048
 #: metadata keys shown in the page header
 META_KEYS = ("command", "host", "pid", "python", "platform", "start_time", "end_time", "complete",
-             "notes", "steps")
+             "notes", "steps", "world_size")
 
 
 def load_findings(tree: CallingContextTree) -> tuple[list[dict[str, Any]], str]:
@@ -93,6 +93,12 @@ def build_document(tree: CallingContextTree, *, findings: list[dict[str, Any]] |
         n_frame.append(fid)
         for m in metric_names:
             values[m].append(_round(node.metrics.get(m, 0.0)))
+    # a merged job: each rank's own exclusive values, sparse (node ids, values) per metric
+    ranks = {str(r): {m: [[n for n, v in pairs], [v for n, v in pairs]]
+                      for m in metric_names
+                      if (pairs := sorted((n, _round(vals[m])) for n, vals in table.items()
+                                          if vals.get(m)))}
+             for r, table in sorted(tree.rank_metrics.items())}
     metrics = [{"name": m, "unit": unit_of(m),
                 "description": description_of(m)}
                for m in metric_names]
@@ -107,6 +113,7 @@ def build_document(tree: CallingContextTree, *, findings: list[dict[str, Any]] |
         "metrics": metrics,
         "defaultMetric": tree.default_metric(),
         "values": values,
+        "ranks": ranks,
         "findings": findings or [],
         "findingsStatus": findings_status,
         "sources": collect_sources(tree).to_dict() if sources else {"files": {}, "missing": {}},

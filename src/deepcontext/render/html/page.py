@@ -47,7 +47,7 @@ def json_for_script(doc: Any) -> str:
 
 
 #: the page's script, in order: the data model, the panels, then the page that uses them
-SCRIPTS = ("model.js", "findings.js", "instructions.js", "viewer.js")
+SCRIPTS = ("model.js", "findings.js", "instructions.js", "ranks.js", "viewer.js")
 
 
 def _script() -> str:

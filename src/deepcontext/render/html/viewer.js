@@ -26,6 +26,8 @@
   const TOP = makeTree(Int32Array.from(D.nodes.parent), Int32Array.from(D.nodes.frame), topExcl);
   let INV = null;
 
+  const RANKS = DCRanks.make(D, TOP, DCModel);  // a merged job's per-rank values
+
   function invertedTree() {
     if (!INV) INV = DCModel.invert(TOP, metricNames, NF);
     return INV;
@@ -219,6 +221,7 @@
     const extra = own(D.frames.extra, String(f));
     if (extra) wrap.appendChild(el("div", extra.map((kv) => kv[0] + "=" + kv[1]).join("  "), "dc-muted"));
     wrap.appendChild(metricsTable(t, id));
+    if (RANKS.ids.length > 1 && t === TOP) wrap.appendChild(RANKS.table({ el, fmt, pct }, id, state.metric, unitOf[state.metric]));
     return wrap;
   }
   const tooltip = $("dc-tooltip");
@@ -413,6 +416,7 @@
     document.title = "DeepContext: " + title.slice(0, 80);
     const notes = [];
     if (D.meta.complete === false) notes.push("incomplete: the program ended before the final flush");
+    if (RANKS.ids.length > 1) notes.push(RANKS.ids.length + " ranks (" + RANKS.ids.join(", ") + "): values are their sum, each rank's own in the details");
     (Array.isArray(D.meta.notes) ? D.meta.notes : []).forEach((n) => notes.push(String(n)));
     $("dc-status").textContent = notes.join(" \u00b7 ");
     const sel = $("dc-metric");
@@ -477,6 +481,8 @@
     name: (id) => S[FN[tree().frame[id]]],
     findNode: (name) => { for (let i = 1; i < tree().n; i++) if (S[FN[tree().frame[i]]] === name) return i; return -1; },
     inclusive: (id, m) => inclusive(tree(), m || state.metric)[id],
+    ranks: () => RANKS.ids.slice(),
+    rankInclusive: (id, r, m) => RANKS.inclusive(r, m || state.metric)[id],
     zoom: zoomTo, setMetric, setMode, select, jumpTo,
     snapshot: () => {  // the shown tree (top-down or bottom-up) with the chosen metric
       const t = tree(), inc = inclusive(t, state.metric);
