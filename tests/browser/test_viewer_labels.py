@@ -84,7 +84,9 @@ def test_the_notebook_display_draws_the_viewer_in_its_iframe(browser, tmp_path):
         inner = page.frames[1]
         inner.wait_for_function("() => window.deepcontextViewer !== undefined", timeout=120_000)
         assert inner.evaluate("() => window.deepcontextViewer.nodeCount()") == len(labelled_tree())
-        assert len(inner.evaluate("() => window.deepcontextViewer.drawn()")) == len(labelled_tree())
+        # every box drawn, once the iframe has its width (layout can trail the script's start)
+        inner.wait_for_function(f"() => window.deepcontextViewer.drawn().length === "
+                                f"{len(labelled_tree())}", timeout=120_000)
         assert page.locator("pre.deepcontext-findings").text_content().startswith(
             f"{tmp_path / 'nb.dcprof'}: ")
         assert errors == []
