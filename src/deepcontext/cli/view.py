@@ -87,11 +87,11 @@ def serve(page: bytes, name: str, port: int, no_browser: bool) -> int:
         raise DeepContextError(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
     with server:
         server.serve_in_thread()
-        print(f"serving {printable(name)} on {server.url} (loopback only; Ctrl-C to stop)", file=sys.stderr,
-              flush=True)
-        if not no_browser:
-            open_in_browser(server.url)
-        try:
+        try:  # from the first line on: a Ctrl-C right after it is a normal stop too
+            print(f"serving {printable(name)} on {server.url} (loopback only; Ctrl-C to stop)",
+                  file=sys.stderr, flush=True)
+            if not no_browser:
+                open_in_browser(server.url)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
