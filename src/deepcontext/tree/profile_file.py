@@ -12,7 +12,9 @@ Each flush replaces the file whole (a rename): a killed program leaves the last 
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -96,11 +98,14 @@ class ProfileWriter:
         if self.path.exists():
             self.path.unlink()
         for suffix in ("-journal", "-wal", "-shm"):  # left by a writer of an older version
-            Path(str(self.path) + suffix).unlink(missing_ok=True)
+            _remove_stale(Path(str(self.path) + suffix))
         # Hidden, beside the file (a rename stays in one file system); a killed write leaves it
-        # for the next writer of this path to remove.
-        self._partial = self.path.with_name(f".{self.path.name}.partial")
-        self._partial.unlink(missing_ok=True)
+        # for the next writer of this path to remove. A name near the 255-byte limit is hashed.
+        name = self.path.name
+        if len(name.encode(errors="surrogateescape")) > 240:
+            name = hashlib.sha1(name.encode(errors="surrogateescape")).hexdigest()
+        self._partial = self.path.with_name(f".{name}.partial")
+        _remove_stale(self._partial)
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._db.executescript(_SCHEMA)
         try:
@@ -177,6 +182,15 @@ class ProfileWriter:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _remove_stale(p: Path) -> None:
+    """Removes a leftover of an earlier writer; a name too long to exist has none."""
+    try:
+        p.unlink(missing_ok=True)
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
 
 
 def _high_descriptor(fd: int) -> int:
