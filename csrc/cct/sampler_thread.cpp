@@ -41,7 +41,7 @@ void charge_worker(ThreadState* w, double seconds) {
   if (d != nullptr && d != w) {
     int depth = d->depth.load(std::memory_order_acquire);
     if (depth > 0 && depth <= kMaxOpDepth) {
-      const OpEntry& e = d->ops[depth - 1];  // racy read of ids that are never removed
+      const OpEntry& e = d->ops[depth - 1];  // the owner may be rewriting it: PolledU32 fields
       if (e.epoch == epoch) node = e.node;
     }
   }

@@ -20,8 +20,29 @@ constexpr int kMaxNew = 48;       // frames a sample can describe (first sightin
 constexpr int kSampleText = 8192; // bytes of file and function names a sample can carry
 constexpr int kMaxSampleCounters = 8;  // extra per-sample counters (perf counters), see Sample
 
+// A field of an operator entry that another thread reads while the owner rewrites it: the
+// sampler thread charges a polled worker's CPU time to the op open on the latest dispatching
+// thread, reading that thread's top entry (node, epoch) as the owner may be popping it and
+// pushing the next op into the same slot. Relaxed atomic loads and stores (plain moves on x86-64
+// and arm64, so the operator hot path pays nothing) make that a defined race: the poller reads
+// one whole value, of the old op or the new, never a torn one. Copies read and write it the same way.
+class PolledU32 {
+ public:
+  PolledU32(uint32_t v = 0) : v_(v) {}  // NOLINT: implicit, it stands in for a uint32_t
+  PolledU32(const PolledU32& o) : v_(o) {}
+  PolledU32& operator=(const PolledU32& o) { return *this = static_cast<uint32_t>(o); }
+  PolledU32& operator=(uint32_t v) {
+    v_.store(v, std::memory_order_relaxed);
+    return *this;
+  }
+  operator uint32_t() const { return v_.load(std::memory_order_relaxed); }  // NOLINT
+
+ private:
+  std::atomic<uint32_t> v_;
+};
+
 struct OpEntry {
-  uint32_t node;         // while `pending`: the ordinary parent context
+  PolledU32 node;        // while `pending`: the ordinary parent context
   uint32_t frame;        // the op's frame id
   bool pending;          // an engine wrapper waiting for its backward node
   uint32_t py_node;      // innermost Python context node of this op
@@ -31,7 +52,7 @@ struct OpEntry {
   int64_t t0_ns;
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
   int native_cut;        // outermost-first native depth of its call frame (-1: none)
-  uint32_t epoch;        // session that opened it: an exit in another session charges nothing
+  PolledU32 epoch;       // session that opened it: an exit in another session charges nothing
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
   bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time

@@ -1,14 +1,21 @@
 """The README's chain on the real CLI: ``record`` says where the profile went in a command that
 is safe to paste, and ``report`` with no file reads the run that just ended, on every run."""
 
+import os
 import shlex
 import subprocess
 import sys
 
 
 def run(cwd, *argv):
+    # An explicit environment, without COLUMNS and LINES: pytest imports readline at start
+    # (_pytest/capture.py, _readline_workaround), whose initialisation exports COLUMNS=80 and
+    # LINES=24 into the C environment only (os.environ never sees them), and a child started
+    # without env= inherits that environment; `report` then wraps at 80 columns, which cuts the
+    # command line whenever the interpreter's path is long (the sanitizer venvs' is).
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return subprocess.run([sys.executable, "-m", "deepcontext", *argv], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+                          text=True, cwd=cwd, timeout=300, env=env)
 
 
 def test_record_then_report_reads_the_new_profile_on_every_run(tmp_path):

@@ -186,13 +186,15 @@ def test_python_flags_that_would_skip_profiling_are_refused_up_front(tmp_path, f
 @pytest.mark.parametrize("ending", ["normal", "sigterm"])
 def test_program_that_closes_all_descriptors_runs_on_undisturbed(tmp_path, ending):
     # Daemonizing code closes every descriptor it did not open (ours included), then opens its
-    # own files on the freed numbers: no traceback, no stray byte in its files, one warning.
+    # own files on the freed numbers: no traceback, no stray byte in its files, and the profile
+    # is still written to its end (the writer holds no descriptor between flushes; one it kept
+    # would now be the program's, and a flush would write into it and close it: finding A1).
     body = """
 work(0.1)
 os.closerange(3, 4096)
 files = [open(f"user{i}.txt", "w") for i in range(4)]
 work(0.2)
-time.sleep(0.3)  # flushes (and their failures) happen meanwhile
+time.sleep(0.3)  # flushes happen meanwhile
 for f in files:
     f.write("user data\\n")
     f.flush()
@@ -209,6 +211,7 @@ if sys.argv[2] == "sigterm":
                during=during)
     assert r.rc == (-signal.SIGTERM if sig else 0), r.describe()
     assert "Traceback" not in r.err and "Exception" not in r.err, r.describe()
-    assert len([x for x in r.err.splitlines() if x.startswith("deepcontext:")]) <= 1, r.describe()
+    assert "cannot write" not in r.err, r.describe()
     for i in range(4):
         assert (tmp_path / f"user{i}.txt").read_text() == "user data\n"
+    assert profile_meta(tmp_path / "prof.dcprof", r)["complete"] is True

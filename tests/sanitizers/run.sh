@@ -39,6 +39,7 @@ rm -rf "$site"/deepcontext "$site"/deepcontext-*.dist-info "$site"/bin  # no fil
 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$site" \
   -C cmake.define.DC_SANITIZE=$flags -C cmake.build-type=RelWithDebInfo -C build-dir="$out/cmake" .
 # (RelWithDebInfo: a Release build is stripped, and reports would name no function of ours.)
+base_py=$PY
 PY=$out/venv/bin/python
 
 # The torch operator hook, built now (with the runtime for this process only, so the compiler and
@@ -46,7 +47,11 @@ PY=$out/venv/bin/python
 # Built, later loads only ask ninja, which runs no command, whether it is up to date. No leak
 # check here (as in the tests, below): LeakSanitizer's report on CPython's allocations at exit
 # made this build "fail" on a fresh machine, and every test then ran the fallback op tier.
-ninja_dir=$("$PY" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null || true)
+# Asked of the base interpreter: the ninja package looks for its binary in the asking
+# interpreter's scripts folder, which for this venv has none, and then the PATH's `ninja` may be a
+# shell shim (pyenv's) that crashes under the preloaded TSan in every test, so torch's ninja check
+# fails there and every test silently ran the dispatch tier instead of the compiled hook.
+ninja_dir=$("$base_py" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null || true)
 [[ -n $ninja_dir ]] && export PATH=$ninja_dir:$PATH  # the binary, not a shell shim around it
 ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD=$lib "$PY" -c 'import os; os.environ.pop("LD_PRELOAD")
 from deepcontext.capture.torch_ops import _build_main; _build_main()' ||

@@ -7,14 +7,18 @@ Schema (version 2, documented in docs/file-format.md):
   metric_defs(name TEXT PRIMARY KEY, unit TEXT, description TEXT)
   metrics(node INTEGER, metric TEXT, value REAL)        -- exclusive values (sum over ranks)
   rank_metrics(node INTEGER, rank INTEGER, metric TEXT, value REAL)  -- each rank's own (v2)
-A killed program leaves the last committed flush: SQLite's rollback journal undoes a torn one.
+Each flush replaces the file whole (a rename): a killed program leaves the last complete flush.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
 import math
 import os
+import resource
 import shutil
 import sqlite3
 import tempfile
@@ -78,21 +82,36 @@ def _probe(p: Path) -> None:
 
 
 class ProfileWriter:
-    """Owns one output file; each ``write`` replaces its content in a single transaction."""
+    """Owns one output file; each ``write`` replaces it whole, atomically.
+
+    The tables live in an in-memory SQLite database; a write fills them in one transaction, then
+    the file is replaced by renaming a fully written temporary beside it. Readers see the previous
+    flush or the new one, a program killed mid-flush leaves the previous one, and no descriptor of
+    the file stays open between writes. That last part matters for a program that closes every
+    descriptor it did not open and reuses the numbers (daemonizing): a descriptor SQLite kept for
+    the run (the database's, a transaction's journal) then pointed at the program's own files,
+    and the next flush wrote database pages into them and closed one of them under the program
+    (finding A1, tests/sanitizers/KNOWN.md)."""
 
     def __init__(self, path: str | os.PathLike[str], force: bool = False) -> None:
         self.path = check_writable(path, force)
         if self.path.exists():
             self.path.unlink()
-        for suffix in ("-journal", "-wal", "-shm"):
-            Path(str(self.path) + suffix).unlink(missing_ok=True)
+        for suffix in ("-journal", "-wal", "-shm"):  # left by a writer of an older version
+            _remove_stale(Path(str(self.path) + suffix))
+        # Hidden, beside the file (a rename stays in one file system); a killed write leaves it
+        # for the next writer of this path to remove. A name near the 255-byte limit is hashed.
+        name = self.path.name
+        if len(name.encode(errors="surrogateescape")) > 240:
+            name = hashlib.sha1(name.encode(errors="surrogateescape")).hexdigest()
+        self._partial = self.path.with_name(f".{name}.partial")
+        _remove_stale(self._partial)
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._db.executescript(_SCHEMA)
         try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=DELETE")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.Error as e:
-            raise DeepContextError(f"cannot write {self.path}: {e}") from None
+            self._replace_file()  # the file exists, with its schema, from the start
+        except OSError as e:
+            raise DeepContextError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     def write(self, tree: CallingContextTree) -> None:
         frame_ids: dict[Frame, int] = {}
@@ -131,9 +150,62 @@ class ProfileWriter:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        self._replace_file()
+
+    def _replace_file(self) -> None:
+        """The in-memory database becomes the file: written whole beside it, then renamed over it."""
+        try:
+            if hasattr(self._db, "serialize"):  # Python 3.11+
+                self._write_partial(self._db.serialize())
+            else:  # 3.10: SQLite writes the copy itself, its descriptors open only meanwhile
+                copy = sqlite3.connect(str(self._partial))
+                try:
+                    self._db.backup(copy)
+                finally:
+                    copy.close()
+            os.replace(self._partial, self.path)
+        except BaseException:
+            self._partial.unlink(missing_ok=True)
+            raise
+
+    def _write_partial(self, data: bytes) -> None:
+        fd = _high_descriptor(os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                                      | os.O_CLOEXEC, 0o644))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)  # on disk before the rename: after a machine crash the name never
+            # points at data that was still only in the page cache
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         self._db.close()
+
+
+def _remove_stale(p: Path) -> None:
+    """Removes a leftover of an earlier writer; a name too long to exist has none."""
+    try:
+        p.unlink(missing_ok=True)
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+
+
+def _high_descriptor(fd: int) -> int:
+    """``fd`` moved to a number at or above 900 (below the open-file limit): a program that closes
+    descriptors it did not open and opens its own files gets the low numbers, never this one."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    base = 900 if soft == resource.RLIM_INFINITY else min(900, soft - 64)
+    if base <= fd:
+        return fd
+    try:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base)
+    except OSError:
+        return fd
+    os.close(fd)
+    return high
 
 
 def _text(value: str) -> str:
