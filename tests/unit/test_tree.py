@@ -74,6 +74,16 @@ def test_file_round_trip(tmp_path):
     assert [n.frame for n in back.nodes] == [n.frame for n in literal_tree().nodes]
 
 
+def test_a_name_at_the_255_byte_limit_round_trips(tmp_path):
+    # its "-journal" and partial names would be too long to exist: neither write nor read trips
+    t = CallingContextTree()
+    t.add_metric(t.add_path([Frame.make("python", "f", "/x.py", 1)]), "cpu.time", 1.5)
+    path = tmp_path / ("p" * (255 - len(".dcprof")) + ".dcprof")
+    save(t, path)
+    back = load(path)
+    assert len(back) == len(t) and back.total("cpu.time") == 1.5
+
+
 def test_save_refuses_existing_file(tmp_path):
     path = tmp_path / "p.dcprof"
     save(literal_tree(), path)

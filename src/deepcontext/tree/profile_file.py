@@ -239,7 +239,7 @@ def load(path: str | os.PathLike[str]) -> CallingContextTree:
         raise ProfileFormatError(f"{p} is not a DeepContext profile (not an SQLite file)")
     _check_not_truncated(p, header)
     journal = Path(f"{p}-journal")
-    if not os.access(p, os.W_OK) and journal.exists():
+    if not os.access(p, os.W_OK) and _exists(journal):
         # A write cut short left a journal that only a writer can roll back: read a copy.
         with tempfile.TemporaryDirectory(prefix="deepcontext-") as tmp:
             copy = Path(tmp) / p.name
@@ -250,6 +250,15 @@ def load(path: str | os.PathLike[str]) -> CallingContextTree:
                 raise ProfileFormatError(f"{p}: cannot read: {e.strerror}") from None
             return _open_and_read(copy, p, "rw")
     return _open_and_read(p, p, "rw" if os.access(p, os.W_OK) else "ro")
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False where it cannot (a name past the 255-byte limit once a
+    suffix is added: the profile itself is fine)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _open_and_read(path: Path, p: Path, mode: str) -> CallingContextTree:
@@ -276,7 +285,7 @@ def _check_not_truncated(p: Path, header: bytes) -> None:
     a rollback journal exists: SQLite restores the last complete flush from it on open.)"""
     if len(header) < 100:
         raise ProfileFormatError(f"{p} is truncated ({len(header)} bytes)")
-    if Path(f"{p}-journal").exists():
+    if _exists(Path(f"{p}-journal")):
         return
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
