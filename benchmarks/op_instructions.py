@@ -25,11 +25,23 @@ CHILD = r"""
 import contextlib, os, sys, tempfile, torch
 torch.manual_seed(0); torch.set_num_threads(1)
 mode, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if os.environ.get("DC_OPI_WORKLOAD") == "micro":  # nested ops at Python depth 30, one line
+workload = os.environ.get("DC_OPI_WORKLOAD", "")
+if workload in ("micro", "lines"):
     import torch.nn.functional as F
     x, w, b = torch.ones(2, 4), torch.ones(4, 4), torch.ones(4)
+    if workload == "micro":  # nested ops at Python depth 30, one line
+        def leaf():
+            return [F.linear(x, w, b) for _ in range(500)]
+    else:  # 400 distinct lines in 8 functions at Python depth 30: torch.add (one op) and
+           # F.linear (nested ops) alternate, so most events change the innermost line
+        src = "".join(
+            f"def part{p}(x, w, b):\n" + "".join(
+                f"    y = torch.add(x, {i})\n" if i % 2 else f"    y = F.linear(x, w, b)\n"
+                for i in range(50)) + "    return y\n" for p in range(8))
+        src += "def leaf():\n" + "".join(f"    part{p}(x, w, b)\n" for p in range(8))
+        exec(compile(src, os.path.join(tempfile.gettempdir(), "dc_opi_lines.py"), "exec"))
     def deep(k):
-        return deep(k - 1) if k else [F.linear(x, w, b) for _ in range(500)]
+        return deep(k - 1) if k else leaf()
     step, loss = (lambda: deep(30)), None
 else:
   try:
@@ -55,17 +67,20 @@ import deepcontext
 prof = (contextlib.nullcontext() if mode == "off" else
         deepcontext.profile(out, context=mode, sample_interval=0, flush_interval=1e6, force=True))
 with prof:
-    step(); step()      # first sightings of every context, outside the count
-    os.getppid()        # callgrind: zero the counters
-    for _ in range(steps):
+    for i in range(steps + 2):  # one call site: the measured steps' contexts are all known
+        if i == 2:
+            os.getppid()        # callgrind: zero the counters (first sightings are left out)
         step()
-    os.getpgrp()        # callgrind: dump
+    os.getpgrp()                # callgrind: dump
 """
 
 FUNCS = {  # inclusive cost of these, per op event
     "hook on_enter": r"on_enter\(at::RecordFunction",
     "hook on_exit": r"on_exit\(at::RecordFunction",
     "python walk": r"dc_walk_python",
+    # the core's share (named only in a build that keeps its symbols: see --help)
+    "core op_enter": r"dc::op_enter\(char",
+    "core op_exit": r"dc::op_exit\(unsigned",
 }
 
 
@@ -74,11 +89,17 @@ def run(mode: str, steps: int, tmp: Path) -> dict:
     script = tmp / "child.py"
     script.write_text(CHILD)
     cg = tmp / f"cg.{mode.replace(',', '_')}"
+    for old in tmp.glob(f"{cg.name}.*"):
+        old.unlink()
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}.%p",
            "--zero-before=getppid", "--dump-before=getpgrp", sys.executable, str(script), mode,
            str(steps), str(out), __file__]
+    # One thread each for every BLAS and OpenMP pool: an idle pool's threads spin for a while
+    # after each use, which callgrind counts by wall time (numpy's OpenBLAS: 20-60M instructions
+    # in the micro's window), not by work done.
+    one = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     subprocess.run(cmd, check=True, capture_output=True, text=True,
-                   env={**os.environ, "PYTHONHASHSEED": "0"})
+                   env={**os.environ, "PYTHONHASHSEED": "0", **one})
     (dump,) = [p for p in tmp.glob(f"{cg.name}.*.1")]
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
                          capture_output=True, text=True, check=True).stdout
@@ -98,13 +119,19 @@ def main() -> int:
     p.add_argument("--mode", action="append", help="context spec, repeatable (default op; python,op)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--micro", action="store_true",
-                   help="500 F.linear calls at Python depth 30 per step instead of GPT-2")
+                   help="500 F.linear calls from one line at Python depth 30 per step instead of GPT-2")
+    p.add_argument("--lines", action="store_true",
+                   help="400 distinct lines (torch.add and F.linear) at Python depth 30 per step")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep the callgrind files there (for callgrind_annotate; a build with "
+                        "symbols: pip install . -Ccmake.build-type=RelWithDebInfo)")
     args = p.parse_args()
     modes = args.mode or ["op", "python,op"]
-    if args.micro:
-        os.environ["DC_OPI_WORKLOAD"] = "micro"
+    if args.micro or args.lines:
+        os.environ["DC_OPI_WORKLOAD"] = "micro" if args.micro else "lines"
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
-        tmp = Path(d)
+        tmp = Path(args.keep or d)
+        tmp.mkdir(parents=True, exist_ok=True)
         off = run("off", args.steps, tmp)
         print(f"off: {off['total']:,} instructions in {args.steps} steps")
         for mode in modes:

@@ -55,6 +55,9 @@ struct Describer {
     return t.python_frame(buf[i], false, nullptr, sample->keys[i]);
   }
 };
+// The node of the Python path `buf` (innermost first, no open op) from the thread's caches alone
+// (its last path and ThreadState::py_children), without the tree lock; false: not all cached.
+bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node);
 // The context node for Python frames `buf` (innermost first), under the innermost open op when
 // `has_op`. Sets *py_node to the innermost Python node of that context. `cache`: the owner's
 // prefix cache, or null.

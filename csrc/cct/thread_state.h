@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <sys/types.h>
 #include <time.h>
 
 #include "../callpath/python_walk.h"
+#include "child_cache.h"
 #include "native_context.h"
 
 namespace dc {
@@ -135,11 +137,13 @@ struct ThreadState {
     std::string text;
   };
   OpName op_names[256];
-  // (parent, op frame) -> node: nodes are never removed, so a hit is exact.
-  struct OpChild {
-    uint32_t parent = UINT32_MAX, frame = 0, node = 0;
-  };
-  OpChild op_children[512];
+  // By text, where the buffer's last text was another: (length, hash) -> op_name_texts index.
+  ChildCache op_name_ids;
+  std::vector<OpName> op_name_texts;
+  // (parent, op frame) -> node and (parent, python_key) -> node: nodes are never removed, so a
+  // hit is exact (child_cache.h).
+  ChildCache op_children;
+  ChildCache py_children;
   // Memo of native placements: hash of everything a placement depends on (both stacks, the
   // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
   // 1 us, a hit the hash; nodes are never removed, so a hit stays valid.
