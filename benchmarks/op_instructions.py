@@ -125,6 +125,9 @@ def main() -> int:
     p.add_argument("--keep", metavar="DIR",
                    help="keep the callgrind files there (for callgrind_annotate; a build with "
                         "symbols: pip install . -Ccmake.build-type=RelWithDebInfo)")
+    p.add_argument("--off", type=int, metavar="INSTRUCTIONS",
+                   help="the unprofiled count of an earlier run (same workload and steps), "
+                        "instead of measuring it again")
     args = p.parse_args()
     modes = args.mode or ["op", "python,op"]
     if args.micro or args.lines:
@@ -132,7 +135,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
         tmp = Path(args.keep or d)
         tmp.mkdir(parents=True, exist_ok=True)
-        off = run("off", args.steps, tmp)
+        off = {"total": args.off} if args.off else run("off", args.steps, tmp)
         print(f"off: {off['total']:,} instructions in {args.steps} steps")
         for mode in modes:
             r = run(mode, args.steps, tmp)

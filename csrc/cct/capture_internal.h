@@ -36,6 +36,9 @@ void drain(ThreadState* s);
 // "[thread] <name>" under the root.
 uint32_t thread_node(const char* name);
 
+// ops.cpp: folds s's operator tally (OpTally) into the tree (the registry's drain lock held).
+void fold_op_tallies(ThreadState* s);
+
 // sampler_thread.cpp: the native sampler thread (drains, polls workers, scans, reaps).
 void start_sampler_thread();
 void stop_sampler_thread();

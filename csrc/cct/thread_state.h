@@ -39,6 +39,24 @@ struct OpEntry {
   bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
 };
 
+// A thread's operator metrics, kept by the thread itself so that an operator's exit takes no
+// lock, and folded into the tree by every drain (ops.cpp: fold_op_tallies). Counters only grow:
+// the owner is their only writer (atomic stores, `count` last with release), and a drain adds
+// what grew since it last looked (the f_* fields, the drain's own). Allocated zeroed at the
+// thread's first exit, so pages are touched only as slots are used.
+struct OpTally {
+  static constexpr uint32_t kSlots = 1 << 14;  // full: the exit takes the tree lock instead
+  struct Slot {
+    uint32_t node;       // 0: empty (an op's node is never the root)
+    uint32_t first_gen;  // owner-only: metrics generation of its last first call here
+    int64_t count, ns, first_ns, autograd;
+    int64_t f_count, f_ns, f_first_ns, f_autograd;
+  };
+  Slot slots[kSlots];
+  uint32_t order[kSlots];  // used slots in the order taken, for the drain
+  uint32_t used;           // entries of `order` published (release)
+};
+
 // One CPU sample, written by the signal handler on the sampled thread (only plain stores into
 // this memory, which the thread's state owns) and folded into the tree by a drain.
 struct Sample {
@@ -100,6 +118,8 @@ struct ThreadState {
   OpEntry ops[kMaxOpDepth];
   std::atomic<int> depth{0};
   int overflow = 0;  // pushes beyond kMaxOpDepth, ignored but counted so pops stay balanced
+
+  OpTally* tally = nullptr;  // published with release at the owner's first op exit
 
   // -- the ring: the handler writes at head, a drain (registry lock held) reads from tail --
   Sample* ring = nullptr;
