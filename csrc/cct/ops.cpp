@@ -475,6 +475,9 @@ uint32_t current_node() {
   const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
   ThreadState::NativeMemo* memo = memo_slot(s, key);
   if (memo && memo->key == key) return memo->node;
+  uint32_t node = 0;
+  if (!g_opts.native && top == nullptr && (n == 0 || cached_python_node(s, buf, n, &node)))
+    return node;  // (a launch from Python outside any op: Triton, CUDA graphs)
   if (g_opts.native) native_warm_symbols(ips, n_ips, false);
   TreeWriter t(tree());
   Describer live;
