@@ -131,7 +131,8 @@ ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
 // node and the gradient bookkeeping after it; it belongs with that node under the forward line.
 bool is_engine_wrapper(const char* name) {
   static const char kWrapper[] = "autograd::engine::evaluate_function: ";
-  return std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
+  return name[0] == 'a' && name[1] == 'u' &&  // (not "aten::": most names end here)
+         std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
 }
 
 void remember_forward(int64_t seq_nr, uint64_t rf_tid, uint32_t py_node) {
