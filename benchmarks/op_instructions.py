@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 CHILD = r"""
-import contextlib, os, sys, tempfile, torch
+import contextlib, gc, os, sys, tempfile, torch
 torch.manual_seed(0); torch.set_num_threads(1)
 mode, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 workload = os.environ.get("DC_OPI_WORKLOAD", "")
@@ -72,6 +72,8 @@ prof = (contextlib.nullcontext() if mode == "off" else
 with prof:
     for i in range(steps + 2):  # one call site: the measured steps' contexts are all known
         if i == 2:
+            gc.collect()        # no collection in the window: one falling inside one mode's
+            gc.disable()        # window and not the other's is +-2.6M instructions (GPT-2)
             os.getppid()        # callgrind: zero the counters (first sightings are left out)
         step()
     os.getpgrp()                # callgrind: dump
