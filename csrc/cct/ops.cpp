@@ -203,6 +203,8 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
 
 // Counts an exit of `node` in the thread's tally (OpTally); false when the tally is full.
 bool tally(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node) {
+  // (a thread the registry could not map has a state no drain sees)
+  if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return false;
   OpTally* t = s->tally;
   if (t == nullptr) {
     t = static_cast<OpTally*>(std::calloc(1, sizeof(OpTally)));  // zero pages, touched lazily
