@@ -154,16 +154,24 @@ uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
   return (slot.seq.load(std::memory_order_relaxed) == seq_nr && tid == fwd_tid) ? node : 0;
 }
 
+// The fields of an entry the sampler thread reads while the owner may rewrite them (the worker
+// rule reads the top entry of the latest dispatching thread without a lock: ids are never
+// removed, so either value is a valid node): atomic stores, paired with its atomic loads.
+inline void set_node(OpEntry& e, uint32_t node) { __atomic_store_n(&e.node, node, __ATOMIC_RELAXED); }
+inline void set_epoch(OpEntry& e, uint32_t epoch) {
+  __atomic_store_n(&e.epoch, epoch, __ATOMIC_RELAXED);
+}
+
 // Gives a parked wrapper its node: under the forward line of backward node `seq_nr` when known,
 // else under its ordinary parent.
 void resolve_pending(Lookup& lk, OpEntry& e, int64_t seq_nr, uint64_t fwd_tid) {
   uint32_t fwd = seq_nr >= 0 ? forward_context(seq_nr, fwd_tid) : 0;
   if (fwd != 0) {
-    e.node = lk.child(lk.child(fwd, lk.backward_marker()), e.frame);
+    set_node(e, lk.child(lk.child(fwd, lk.backward_marker()), e.frame));
     e.py_node = fwd;
     e.seq_nr = seq_nr;
   } else {
-    e.node = lk.child(e.node, e.frame);
+    set_node(e, lk.child(e.node, e.frame));
   }
   e.pending = false;
 }
@@ -309,7 +317,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // the one that created the autograd node; with one, op_exit records it exactly.
   if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);
   OpEntry& e = s->ops[d];
-  e.node = node;
+  set_node(e, node);
   e.frame = frame;
   e.pending = pending;
   e.py_node = py_node;
@@ -318,7 +326,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.native_cut = cut;
-  e.epoch = epoch;
+  set_epoch(e, epoch);
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;
   e.scope = false;
@@ -443,16 +451,18 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
     node = t.child(parent, frame);
   }
   OpEntry& e = s->ops[d];
-  e = OpEntry{};
-  e.node = node;
+  set_node(e, node);
   e.frame = frame;
+  e.pending = false;
   e.py_node = py_node;
   e.py_frame = n > 0 ? buf[0].frame : nullptr;
   e.handle = handle;
   e.seq_nr = top ? top->seq_nr : -1;
+  e.child_ns = 0;
   e.native_cut = -1;
-  e.epoch = epoch;
+  set_epoch(e, epoch);
   e.fwd_seq = -1;
+  e.rf_tid = 0;
   e.scope = true;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);

@@ -41,8 +41,9 @@ void charge_worker(ThreadState* w, double seconds) {
   if (d != nullptr && d != w) {
     int depth = d->depth.load(std::memory_order_acquire);
     if (depth > 0 && depth <= kMaxOpDepth) {
-      const OpEntry& e = d->ops[depth - 1];  // racy read of ids that are never removed
-      if (e.epoch == epoch) node = e.node;
+      OpEntry& e = d->ops[depth - 1];  // read while its owner may rewrite it (ops.cpp, set_node)
+      if (__atomic_load_n(&e.epoch, __ATOMIC_RELAXED) == epoch)
+        node = __atomic_load_n(&e.node, __ATOMIC_RELAXED);
     }
   }
   TreeWriter t(tree());
