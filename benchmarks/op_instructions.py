@@ -5,10 +5,13 @@ to the capture path buys where wall-clock benchmarks are noise-bound.
 Each mode runs in its own process under callgrind: a small Hugging Face GPT-2 (or, without
 transformers, the workloads' transformer block) trains a few steps on the CPU; the counters are
 zeroed before and dumped after the measured steps (markers: os.getppid / os.getpgrp), so imports
-and set-up are left out. Instructions per op = (mode - off) / operator events in those steps.
+and set-up are left out. Instructions per op = (mode - off) / operator events in those steps,
+on the main thread (other threads, whose work callgrind's slowdown stretches, are shown apart).
+--micro: one line at Python depth 30; --lines: 400 distinct lines there (contexts that change).
 
     python benchmarks/op_instructions.py                    # off, op, python,op
     python benchmarks/op_instructions.py --mode python,op,native --steps 3
+    python benchmarks/op_instructions.py --lines --mode python,op --off 25439132
 """
 
 from __future__ import annotations
@@ -22,14 +25,26 @@ import tempfile
 from pathlib import Path
 
 CHILD = r"""
-import contextlib, os, sys, tempfile, torch
+import contextlib, gc, os, sys, tempfile, torch
 torch.manual_seed(0); torch.set_num_threads(1)
 mode, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if os.environ.get("DC_OPI_WORKLOAD") == "micro":  # nested ops at Python depth 30, one line
+workload = os.environ.get("DC_OPI_WORKLOAD", "")
+if workload in ("micro", "lines"):
     import torch.nn.functional as F
     x, w, b = torch.ones(2, 4), torch.ones(4, 4), torch.ones(4)
+    if workload == "micro":  # nested ops at Python depth 30, one line
+        def leaf():
+            return [F.linear(x, w, b) for _ in range(500)]
+    else:  # 400 distinct lines in 8 functions at Python depth 30: torch.add (one op) and
+           # F.linear (nested ops) alternate, so most events change the innermost line
+        src = "".join(
+            f"def part{p}(x, w, b):\n" + "".join(
+                f"    y = torch.add(x, {i})\n" if i % 2 else f"    y = F.linear(x, w, b)\n"
+                for i in range(50)) + "    return y\n" for p in range(8))
+        src += "def leaf():\n" + "".join(f"    part{p}(x, w, b)\n" for p in range(8))
+        exec(compile(src, os.path.join(tempfile.gettempdir(), "dc_opi_lines.py"), "exec"))
     def deep(k):
-        return deep(k - 1) if k else [F.linear(x, w, b) for _ in range(500)]
+        return deep(k - 1) if k else leaf()
     step, loss = (lambda: deep(30)), None
 else:
   try:
@@ -55,17 +70,22 @@ import deepcontext
 prof = (contextlib.nullcontext() if mode == "off" else
         deepcontext.profile(out, context=mode, sample_interval=0, flush_interval=1e6, force=True))
 with prof:
-    step(); step()      # first sightings of every context, outside the count
-    os.getppid()        # callgrind: zero the counters
-    for _ in range(steps):
+    for i in range(steps + 2):  # one call site: the measured steps' contexts are all known
+        if i == 2:
+            gc.collect()        # no collection in the window: one falling inside one mode's
+            gc.disable()        # window and not the other's is +-2.6M instructions (GPT-2)
+            os.getppid()        # callgrind: zero the counters (first sightings are left out)
         step()
-    os.getpgrp()        # callgrind: dump
+    os.getpgrp()                # callgrind: dump
 """
 
 FUNCS = {  # inclusive cost of these, per op event
     "hook on_enter": r"on_enter\(at::RecordFunction",
     "hook on_exit": r"on_exit\(at::RecordFunction",
     "python walk": r"dc_walk_python",
+    # the core's share (named only in a build that keeps its symbols: see --help)
+    "core op_enter": r"dc::op_enter\(char",
+    "core op_exit": r"dc::op_exit\(unsigned",
 }
 
 
@@ -74,16 +94,26 @@ def run(mode: str, steps: int, tmp: Path) -> dict:
     script = tmp / "child.py"
     script.write_text(CHILD)
     cg = tmp / f"cg.{mode.replace(',', '_')}"
+    for old in tmp.glob(f"{cg.name}.*"):
+        old.unlink()
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}.%p",
            "--zero-before=getppid", "--dump-before=getpgrp", sys.executable, str(script), mode,
            str(steps), str(out), __file__]
+    # One thread each for every BLAS and OpenMP pool: an idle pool's threads spin for a while
+    # after each use, which callgrind counts by wall time (numpy's OpenBLAS: 20-60M instructions
+    # in the micro's window), not by work done.
+    one = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     subprocess.run(cmd, check=True, capture_output=True, text=True,
-                   env={**os.environ, "PYTHONHASHSEED": "0"})
+                   env={**os.environ, "PYTHONHASHSEED": "0", **one})
     (dump,) = [p for p in tmp.glob(f"{cg.name}.*.1")]
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
                          capture_output=True, text=True, check=True).stdout
     total = int(re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", ann).group(1).replace(",", ""))
-    res: dict = {"total": total, "ops": 0.0}
+    # Other threads (the profiler's drains, the program's own threads) run by wall time, which
+    # callgrind stretches ~50x: counted apart, so the main thread's count stays exact.
+    m = re.search(r"^\s*([\d,]+) \([\s\d.]+%\)\s+\S*:start_thread ", ann, re.M)
+    threads = int(m.group(1).replace(",", "")) if m else 0
+    res: dict = {"total": total - threads, "threads": threads, "ops": 0.0}
     for label, pat in FUNCS.items():
         m = re.search(r"^\s*([\d,]+) \([\s\d.]+%\)\s+.*" + pat, ann, re.M)
         res[label] = int(m.group(1).replace(",", "")) if m else 0
@@ -98,21 +128,31 @@ def main() -> int:
     p.add_argument("--mode", action="append", help="context spec, repeatable (default op; python,op)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--micro", action="store_true",
-                   help="500 F.linear calls at Python depth 30 per step instead of GPT-2")
+                   help="500 F.linear calls from one line at Python depth 30 per step instead of GPT-2")
+    p.add_argument("--lines", action="store_true",
+                   help="400 distinct lines (torch.add and F.linear) at Python depth 30 per step")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep the callgrind files there (for callgrind_annotate; a build with "
+                        "symbols: pip install . -Ccmake.build-type=RelWithDebInfo)")
+    p.add_argument("--off", type=int, metavar="INSTRUCTIONS",
+                   help="the unprofiled count of an earlier run (same workload and steps), "
+                        "instead of measuring it again")
     args = p.parse_args()
     modes = args.mode or ["op", "python,op"]
-    if args.micro:
-        os.environ["DC_OPI_WORKLOAD"] = "micro"
+    if args.micro or args.lines:
+        os.environ["DC_OPI_WORKLOAD"] = "micro" if args.micro else "lines"
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
-        tmp = Path(d)
-        off = run("off", args.steps, tmp)
-        print(f"off: {off['total']:,} instructions in {args.steps} steps")
+        tmp = Path(args.keep or d)
+        tmp.mkdir(parents=True, exist_ok=True)
+        off = {"total": args.off} if args.off else run("off", args.steps, tmp)
+        print(f"off: {off['total']:,} main-thread instructions in {args.steps} steps")
         for mode in modes:
             r = run(mode, args.steps, tmp)
             per = (r["total"] - off["total"]) / r["ops"]
             parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS)
-            print(f"{mode}: +{(r['total'] / off['total'] - 1) * 100:.1f}% instructions, "
-                  f"{r['ops']:.0f} op events, +{per:.0f} instructions per op ({parts})")
+            print(f"{mode}: +{(r['total'] / off['total'] - 1) * 100:.1f}% main-thread instructions, "
+                  f"{r['ops']:.0f} op events, +{per:.0f} instructions per op ({parts}; other "
+                  f"threads {r['threads'] / r['ops']:.0f} per op)")
     return 0
 
 

@@ -36,6 +36,9 @@ void drain(ThreadState* s);
 // "[thread] <name>" under the root.
 uint32_t thread_node(const char* name);
 
+// ops.cpp: folds s's operator tally (OpTally) into the tree (the registry's drain lock held).
+void fold_op_tallies(ThreadState* s);
+
 // sampler_thread.cpp: the native sampler thread (drains, polls workers, scans, reaps).
 void start_sampler_thread();
 void stop_sampler_thread();
@@ -55,6 +58,9 @@ struct Describer {
     return t.python_frame(buf[i], false, nullptr, sample->keys[i]);
   }
 };
+// The node of the Python path `buf` (innermost first, no open op) from the thread's caches alone
+// (its last path and ThreadState::py_children), without the tree lock; false: not all cached.
+bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node);
 // The context node for Python frames `buf` (innermost first), under the innermost open op when
 // `has_op`. Sets *py_node to the innermost Python node of that context. `cache`: the owner's
 // prefix cache, or null.

@@ -24,8 +24,16 @@ uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc
   int common = s->cached_prefix(buf, n);
   if (common > 0) node = s->cache_node[common - 1];
   for (int i = common; i < n; ++i) {
-    node = t.child(node, d.frame(t, buf, n - 1 - i));
-    s->cache_frame[i] = buf[n - 1 - i];
+    const dc_raw_frame& f = buf[n - 1 - i];
+    if (d.sample == nullptr) {  // live frames: memoized for cached_python_node
+      const uint64_t key = python_key(f, dc_code_fingerprint(f.code, 0));
+      const uint32_t parent = node;
+      node = t.child(parent, t.python_frame(f, true, nullptr, key));
+      s->py_children.put(parent, key, node);
+    } else {
+      node = t.child(node, d.frame(t, buf, n - 1 - i));
+    }
+    s->cache_frame[i] = f;
     s->cache_node[i] = node;
   }
   s->cache_n = n;
@@ -33,6 +41,25 @@ uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc
 }
 
 }  // namespace
+
+bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node) {
+  if (n <= 0 || n >= kMaxPyDepth) return false;
+  const int common = s->cached_prefix(buf, n);
+  for (int i = common; i < n; ++i) {
+    const dc_raw_frame& f = buf[n - 1 - i];
+    const uint32_t parent = i > 0 ? s->cache_node[i - 1] : 0;
+    const uint32_t child = s->py_children.find(parent, python_key(f, dc_code_fingerprint(f.code, 0)));
+    if (child == ChildCache::kNone) {
+      s->cache_n = i;  // entries below i hold this path; those above, an older one
+      return false;
+    }
+    s->cache_frame[i] = f;
+    s->cache_node[i] = child;
+  }
+  if (common < n) s->cache_n = n;
+  *node = s->cache_node[n - 1];
+  return true;
+}
 
 // The context node for Python frames `buf` (innermost first) with `top` the innermost open op.
 // Sets *py_node to the innermost Python node of that context.

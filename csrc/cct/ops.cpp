@@ -2,7 +2,10 @@
 // dispatch tier), the context node of each operator, and the backward graft.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "../callpath/native_stack.h"
 #include "capture_internal.h"
@@ -32,54 +35,87 @@ struct SeqSlot {
 };
 SeqSlot* const g_seq = new SeqSlot[kSeqSlots]();  // never destroyed
 
-uint32_t op_frame(TreeWriter& t, ThreadState* s, const char* name) {
-  auto& e = s->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
-  if (e.ptr == name && e.text == name) return e.frame;
-  e.frame = t.named_frame(Kind::Op, name);
-  e.ptr = name;
-  e.text = name;
-  return e.frame;
-}
+// Tree lookups of one event through the thread's caches (ids are never removed, so a hit is
+// exact): the tree lock is taken at the first miss, and held until the lookup ends.
+class Lookup {
+ public:
+  explicit Lookup(ThreadState* s) : s_(s) {}
 
-uint32_t op_child(TreeWriter& t, ThreadState* s, uint32_t parent, uint32_t frame) {
-  auto& e = s->op_children[(parent * 31u + frame) & 511u];
-  if (e.parent == parent && e.frame == frame) return e.node;
-  e = ThreadState::OpChild{parent, frame, t.child(parent, frame)};
-  return e.node;
-}
-
-// The common case of an operator event, without the tree lock: no backward graft, and the
-// context (Python path, or with native frames the memoized placement), the op's frame and its
-// node all cached by this thread (ids are never removed, so a cache hit is exact). False: take
-// the locked path.
-bool fast_context(ThreadState* s, const dc_raw_frame* buf, int n, const OpEntry* top,
-                  const char* name, bool special, const ThreadState::NativeMemo* memo,
-                  uint32_t* node, uint32_t* frame, uint32_t* py_node, int* cut) {
-  if (special || (top && top->pending)) return false;
-  uint32_t parent;
-  if (g_opts.native) {
-    if (memo == nullptr) return false;
-    parent = memo->node;
-    *py_node = top ? top->py_node : memo->py_node;
-    *cut = memo->cut;
-  } else if (top != nullptr) {
-    if ((n > 0 ? buf[0].frame : nullptr) != top->py_frame) return false;
-    parent = top->node;
-    *py_node = top->py_node;
-  } else {
-    if (n == 0 || n >= kMaxPyDepth || s->cache_n != n || s->cached_prefix(buf, n) != n)
-      return false;
-    parent = s->cache_node[n - 1];
-    *py_node = parent;
+  TreeWriter& writer() {
+    if (!w_) w_.emplace(tree());
+    return *w_;
   }
-  const auto& on = s->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
-  if (on.ptr != name || on.text != name) return false;
-  const auto& oc = s->op_children[(parent * 31u + on.frame) & 511u];
-  if (oc.parent != parent || oc.frame != on.frame) return false;
-  *frame = on.frame;
-  *node = oc.node;
-  return true;
-}
+
+  uint32_t child(uint32_t parent, uint32_t frame) {
+    uint32_t node = s_->op_children.find(parent, frame);
+    if (node != ChildCache::kNone) return node;
+    node = writer().child(parent, frame);
+    s_->op_children.put(parent, frame, node);
+    return node;
+  }
+
+  // The frame of operator `name`: by pointer when this buffer held this text last time, else by
+  // text (backward and engine-wrapper names are built per call in reused buffers).
+  uint32_t op_frame(const char* name) {
+    auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    if (same_name(e, name)) return e.frame;
+    const size_t len = std::strlen(name);
+    const uint64_t h = text_hash(name, len);
+    const uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
+    uint32_t frame;
+    if (i != ChildCache::kNone && s_->op_name_texts[i].text == std::string_view(name, len)) {
+      frame = s_->op_name_texts[i].frame;
+    } else {
+      frame = writer().named_frame(Kind::Op, std::string(name, len));
+      if (i == ChildCache::kNone) {  // (a hash collision keeps the first name's slot)
+        s_->op_name_ids.put(static_cast<uint32_t>(len), h,
+                            static_cast<uint32_t>(s_->op_name_texts.size()));
+        s_->op_name_texts.push_back(ThreadState::OpName{nullptr, frame, std::string(name, len)});
+      }
+    }
+    e.ptr = name;
+    e.frame = frame;
+    e.text.assign(name, len);
+    return frame;
+  }
+
+  // The "[marker] backward" frame (one per process: frames are never removed).
+  uint32_t backward_marker() {
+    static std::atomic<uint32_t> id{0};  // 0: not interned yet (frame 0 is the root's)
+    uint32_t f = id.load(std::memory_order_relaxed);
+    if (f == 0) {
+      f = writer().named_frame(Kind::Marker, "backward");
+      id.store(f, std::memory_order_relaxed);
+    }
+    return f;
+  }
+
+ private:
+  // Whether the cached entry is this name: the same pointer and the same text (a name in a
+  // reused buffer changes under the same pointer). strncmp stops at the first NUL, so a
+  // shorter string in that buffer is never read past its end.
+  static bool same_name(const ThreadState::OpName& e, const char* name) {
+    return e.ptr == name && std::strncmp(e.text.c_str(), name, e.text.size() + 1) == 0;
+  }
+
+  static uint64_t text_hash(const char* p, size_t n) {
+    uint64_t h = 0x243F6A8885A308D3ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
+  }
+
+  ThreadState* s_;
+  std::optional<TreeWriter> w_;
+};
 
 void mark_native_ready(ThreadState* s) {
   if (!s->native_ready.load(std::memory_order_relaxed))
@@ -95,7 +131,8 @@ ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
 // node and the gradient bookkeeping after it; it belongs with that node under the forward line.
 bool is_engine_wrapper(const char* name) {
   static const char kWrapper[] = "autograd::engine::evaluate_function: ";
-  return std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
+  return name[0] == 'a' && name[1] == 'u' &&  // (not "aten::": most names end here)
+         std::strncmp(name, kWrapper, sizeof(kWrapper) - 1) == 0;
 }
 
 void remember_forward(int64_t seq_nr, uint64_t rf_tid, uint32_t py_node) {
@@ -117,16 +154,22 @@ uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
   return (slot.seq.load(std::memory_order_relaxed) == seq_nr && tid == fwd_tid) ? node : 0;
 }
 
+// The fields of an entry the sampler thread reads while the owner may rewrite them (the worker
+// rule reads the top entry of the latest dispatching thread without a lock: ids are never
+// removed, so either value is a valid node): PolledU32 (thread_state.h), relaxed atomics.
+inline void set_node(OpEntry& e, uint32_t node) { e.node = node; }
+inline void set_epoch(OpEntry& e, uint32_t epoch) { e.epoch = epoch; }
+
 // Gives a parked wrapper its node: under the forward line of backward node `seq_nr` when known,
 // else under its ordinary parent.
-void resolve_pending(TreeWriter& t, OpEntry& e, int64_t seq_nr, uint64_t fwd_tid) {
+void resolve_pending(Lookup& lk, OpEntry& e, int64_t seq_nr, uint64_t fwd_tid) {
   uint32_t fwd = seq_nr >= 0 ? forward_context(seq_nr, fwd_tid) : 0;
   if (fwd != 0) {
-    e.node = t.child(t.child(fwd, t.named_frame(Kind::Marker, "backward")), e.frame);
+    set_node(e, lk.child(lk.child(fwd, lk.backward_marker()), e.frame));
     e.py_node = fwd;
     e.seq_nr = seq_nr;
   } else {
-    e.node = t.child(e.node, e.frame);
+    set_node(e, lk.child(e.node, e.frame));
   }
   e.pending = false;
 }
@@ -145,6 +188,62 @@ inline int push_depth(ThreadState* s, uint32_t epoch) {
     return -1;
   }
   return d;
+}
+
+// The context of an event from its Python frames `buf` and the op open around it (`top`).
+uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n,
+                        const OpEntry* top, uint32_t* py_node) {
+  uint32_t node = 0;
+  if (top != nullptr && (n > 0 ? buf[0].frame : nullptr) == top->py_frame) {
+    *py_node = top->py_node;  // no Python frame newer than the op around it
+    return top->node;
+  }
+  if (top != nullptr)
+    return node_for(lk.writer(), Describer{}, s, buf, n, true, top->node, top->py_node,
+                    top->py_frame, py_node);
+  if (n > 0 && !cached_python_node(s, buf, n, &node))
+    node = node_for(lk.writer(), Describer{}, s, buf, n, false, 0, 0, nullptr, nullptr);
+  *py_node = node;
+  return node;
+}
+
+// Counts an exit of `node` in the thread's tally (OpTally); false when the tally is full.
+bool tally(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node) {
+  // (a thread the registry could not map has a state no drain sees)
+  if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return false;
+  OpTally* t = s->tally;
+  if (t == nullptr) {
+    t = static_cast<OpTally*>(std::calloc(1, sizeof(OpTally)));  // zero pages, touched lazily
+    if (t == nullptr) return false;
+    __atomic_store_n(&s->tally, t, __ATOMIC_RELEASE);
+  }
+  uint32_t i = (node * 0x9E3779B1u) >> (32 - 14);
+  static_assert(OpTally::kSlots == 1u << 14, "the hash above takes 14 bits");
+  OpTally::Slot* sl = nullptr;
+  for (int probe = 0; probe < 32; ++probe, i = (i + 1) & (OpTally::kSlots - 1)) {
+    OpTally::Slot& c = t->slots[i];
+    if (c.node == node) {
+      sl = &c;
+      break;
+    }
+    if (c.node == 0) {
+      __atomic_store_n(&c.node, node, __ATOMIC_RELAXED);
+      t->order[t->used] = i;
+      __atomic_store_n(&t->used, t->used + 1, __ATOMIC_RELEASE);
+      sl = &c;
+      break;
+    }
+  }
+  if (sl == nullptr) return false;
+  const uint32_t gen = tree().metrics_generation();
+  if (sl->first_gen != gen) {  // this thread's first call here since the metrics began
+    sl->first_gen = gen;
+    __atomic_store_n(&sl->first_ns, sl->first_ns + own_ns, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&sl->ns, sl->ns + own_ns, __ATOMIC_RELAXED);
+  if (created_node) __atomic_store_n(&sl->autograd, sl->autograd + 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&sl->count, sl->count + 1, __ATOMIC_RELEASE);
+  return true;
 }
 
 }  // namespace
@@ -166,62 +265,57 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
   const bool inner_only = top != nullptr && !g_opts.native;
   int n = py_state ? dc_walk_python(py_state, buf, inner_only ? 1 : kMaxPyDepth) : 0;
+  if (inner_only && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
+    n = dc_walk_python(py_state, buf, kMaxPyDepth);
   uintptr_t ips[kMaxNative];
   int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
   if (g_opts.native) mark_native_ready(s);
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
-  uint32_t node, frame, py_node = 0;
-  int cut = -1;
-  bool pending = false;
   const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, name) : 0;
   ThreadState::NativeMemo* memo = memo_slot(s, key);
   const bool memo_hit = memo && memo->key == key;
-  if (fast_context(s, buf, n, top, name, wrapper || backward_node, memo_hit ? memo : nullptr,
-                   &node, &frame, &py_node, &cut)) {
-    // Every piece of this context is in the thread's caches: the tree is not touched.
-    if (seq_nr >= 0 && !backward_node) remember_forward(seq_nr, rf_tid, py_node);
-  } else {
-    if (inner_only && py_state) n = dc_walk_python(py_state, buf, kMaxPyDepth);
-    if (g_opts.native && !memo_hit) native_warm_symbols(ips, n_ips, false);
-    TreeWriter t(tree());
-    if (top && top->pending) resolve_pending(t, *top, backward_node ? seq_nr : -1, fwd_tid);
+  if (g_opts.native && !memo_hit) native_warm_symbols(ips, n_ips, false);  // outside the lock
+  uint32_t node, frame, py_node = 0;
+  int cut = -1;
+  bool pending;
+  {
+    // Every lookup goes through the thread's caches; the common event never takes the lock.
+    Lookup lk(s);
+    if (top && top->pending) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
     uint32_t parent = UINT32_MAX;
     if (backward_node && !(top && top->seq_nr == seq_nr)) {
       uint32_t fwd = forward_context(seq_nr, fwd_tid);
       if (fwd != 0) {
         py_node = fwd;
-        parent = t.child(fwd, t.named_frame(Kind::Marker, "backward"));
+        parent = lk.child(fwd, lk.backward_marker());
       }
     }
-    NativePlace np;
-    Describer live;
     if (parent == UINT32_MAX && memo_hit) {
       parent = memo->node;
       py_node = top ? top->py_node : memo->py_node;
       cut = memo->cut;
-    } else if (parent == UINT32_MAX && native_place(t, live, ips, n_ips, buf, n, top, name, &np)) {
-      parent = np.node;
-      py_node = np.py_node;
-      cut = np.cut;
-      *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
+    } else if (parent == UINT32_MAX && n_ips > 0) {
+      NativePlace np;
+      if (native_place(lk.writer(), Describer{}, ips, n_ips, buf, n, top, name, &np)) {
+        parent = np.node;
+        py_node = np.py_node;
+        cut = np.cut;
+        *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
+      }
     }
-    if (parent == UINT32_MAX) {
-      parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame,
-                              &py_node)
-                   : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
-    }
-    frame = op_frame(t, s, name);
+    if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, top, &py_node);
+    frame = lk.op_frame(name);
     // An engine wrapper without a sequence number learns its forward line from the backward
     // node it runs next; until then it is parked on its ordinary parent.
     pending = wrapper && seq_nr < 0;
-    node = pending ? parent : op_child(t, s, parent, frame);
-    // Without an exit report (dispatch tier), the last op to see a number is the best guess
-    // for the one that created the autograd node; with one, op_exit records it exactly.
-    if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);
+    node = pending ? parent : lk.child(parent, frame);
   }
+  // Without an exit report (dispatch tier), the last op to see a number is the best guess for
+  // the one that created the autograd node; with one, op_exit records it exactly.
+  if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);
   OpEntry& e = s->ops[d];
-  e.node = node;
+  set_node(e, node);
   e.frame = frame;
   e.pending = pending;
   e.py_node = py_node;
@@ -230,7 +324,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.native_cut = cut;
-  e.epoch = epoch;
+  set_epoch(e, epoch);
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;
   e.scope = false;
@@ -282,20 +376,53 @@ void op_exit(uint64_t handle, int seq_consumed) {
   // Entered in an earlier session (or recording paused since): charged nothing.
   if (!g_enabled.load(std::memory_order_relaxed) || e.epoch != g_epoch.load(std::memory_order_relaxed))
     return;
+  const bool created_node = seq_consumed == 1 && e.fwd_seq >= 0;
+  if (created_node) remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
   {
-    TreeWriter t(tree());
-    if (e.pending) resolve_pending(t, e, -1, 0);
-    if (seq_consumed == 1 && e.fwd_seq >= 0) {
-      remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
-      t.add(e.node, m_autograd_nodes, 1.0);
+    Lookup lk(s);
+    if (e.pending) resolve_pending(lk, e, -1, 0);
+    const int64_t own = elapsed - e.child_ns;
+    if (!tally(s, e.node, own, created_node)) {  // the thread's tally is full
+      TreeWriter& t = lk.writer();
+      if (created_node) t.add(e.node, m_autograd_nodes, 1.0);
+      if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own * 1e-9);
+      t.add(e.node, m_op_time, own * 1e-9);
+      t.add(e.node, m_op_count, 1.0);
     }
-    const double own = (elapsed - e.child_ns) * 1e-9;
-    if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own);
-    t.add(e.node, m_op_time, own);
-    t.add(e.node, m_op_count, 1.0);
   }
   if (g_observer) g_observer(nullptr, 1, e.node);
 }
+
+namespace detail {
+void fold_op_tallies(ThreadState* s) {
+  OpTally* t = __atomic_load_n(&s->tally, __ATOMIC_ACQUIRE);
+  if (t == nullptr) return;
+  const uint32_t used = __atomic_load_n(&t->used, __ATOMIC_ACQUIRE);
+  std::optional<TreeWriter> w;
+  for (uint32_t j = 0; j < used; ++j) {
+    OpTally::Slot& sl = t->slots[t->order[j]];
+    const int64_t count = __atomic_load_n(&sl.count, __ATOMIC_ACQUIRE);
+    if (count == sl.f_count) continue;  // (what else grew belongs to an exit still counting)
+    const int64_t ns = __atomic_load_n(&sl.ns, __ATOMIC_RELAXED);
+    const int64_t first = __atomic_load_n(&sl.first_ns, __ATOMIC_RELAXED);
+    const int64_t created = __atomic_load_n(&sl.autograd, __ATOMIC_RELAXED);
+    const uint32_t node = __atomic_load_n(&sl.node, __ATOMIC_RELAXED);
+    if (!w) w.emplace(tree());
+    // A first call counts where the tree has no call of the context yet (another thread's, or
+    // one before a rollback to a checkpoint that had it, came first otherwise).
+    if (first != sl.f_first_ns && w->value(node, m_op_count) == 0.0)
+      w->add(node, m_op_first_time, (first - sl.f_first_ns) * 1e-9);
+    w->add(node, m_op_time, (ns - sl.f_ns) * 1e-9);
+    w->add(node, m_op_count, static_cast<double>(count - sl.f_count));
+    if (created != sl.f_autograd)
+      w->add(node, m_autograd_nodes, static_cast<double>(created - sl.f_autograd));
+    sl.f_count = count;
+    sl.f_ns = ns;
+    sl.f_first_ns = first;
+    sl.f_autograd = created;
+  }
+}
+}  // namespace detail
 
 void scope_enter(int kind, const char* name, const char* extra, uint64_t handle, int skip_py) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
@@ -311,8 +438,9 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
   uint32_t node, frame, py_node = 0;
   {
-    TreeWriter t(tree());
-    if (top && top->pending) resolve_pending(t, *top, -1, 0);
+    Lookup lk(s);
+    TreeWriter& t = lk.writer();
+    if (top && top->pending) resolve_pending(lk, *top, -1, 0);
     Describer live;
     uint32_t parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node,
                                      top->py_frame, &py_node)
@@ -321,16 +449,18 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
     node = t.child(parent, frame);
   }
   OpEntry& e = s->ops[d];
-  e = OpEntry{};
-  e.node = node;
+  set_node(e, node);
   e.frame = frame;
+  e.pending = false;
   e.py_node = py_node;
   e.py_frame = n > 0 ? buf[0].frame : nullptr;
   e.handle = handle;
   e.seq_nr = top ? top->seq_nr : -1;
+  e.child_ns = 0;
   e.native_cut = -1;
-  e.epoch = epoch;
+  set_epoch(e, epoch);
   e.fwd_seq = -1;
+  e.rf_tid = 0;
   e.scope = true;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
@@ -387,6 +517,9 @@ uint32_t current_node() {
   const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
   ThreadState::NativeMemo* memo = memo_slot(s, key);
   if (memo && memo->key == key) return memo->node;
+  uint32_t node = 0;
+  if (!g_opts.native && top == nullptr && (n == 0 || cached_python_node(s, buf, n, &node)))
+    return node;  // (a launch from Python outside any op: Triton, CUDA graphs)
   if (g_opts.native) native_warm_symbols(ips, n_ips, false);
   TreeWriter t(tree());
   Describer live;

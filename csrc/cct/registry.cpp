@@ -357,7 +357,10 @@ void drain_all() {
     states = g_all;
   }
   std::lock_guard<std::mutex> d(g_drain_mu);
-  for (ThreadState* s : states) detail::drain(s);
+  for (ThreadState* s : states) {
+    detail::drain(s);
+    detail::fold_op_tallies(s);
+  }
 }
 
 void poll_workers(const std::function<void(ThreadState*, double)>& charge) {

@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <sys/types.h>
 #include <time.h>
 
 #include "../callpath/python_walk.h"
+#include "child_cache.h"
 #include "native_context.h"
 
 namespace dc {
@@ -56,6 +58,24 @@ struct OpEntry {
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
   bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
+};
+
+// A thread's operator metrics, kept by the thread itself so that an operator's exit takes no
+// lock, and folded into the tree by every drain (ops.cpp: fold_op_tallies). Counters only grow:
+// the owner is their only writer (atomic stores, `count` last with release), and a drain adds
+// what grew since it last looked (the f_* fields, the drain's own). Allocated zeroed at the
+// thread's first exit, so pages are touched only as slots are used.
+struct OpTally {
+  static constexpr uint32_t kSlots = 1 << 14;  // full: the exit takes the tree lock instead
+  struct Slot {
+    uint32_t node;       // 0: empty (an op's node is never the root)
+    uint32_t first_gen;  // owner-only: metrics generation of its last first call here
+    int64_t count, ns, first_ns, autograd;
+    int64_t f_count, f_ns, f_first_ns, f_autograd;
+  };
+  Slot slots[kSlots];
+  uint32_t order[kSlots];  // used slots in the order taken, for the drain
+  uint32_t used;           // entries of `order` published (release)
 };
 
 // One CPU sample, written by the signal handler on the sampled thread (only plain stores into
@@ -120,6 +140,8 @@ struct ThreadState {
   std::atomic<int> depth{0};
   int overflow = 0;  // pushes beyond kMaxOpDepth, ignored but counted so pops stay balanced
 
+  OpTally* tally = nullptr;  // published with release at the owner's first op exit
+
   // -- the ring: the handler writes at head, a drain (registry lock held) reads from tail --
   Sample* ring = nullptr;
   std::atomic<uint32_t> head{0}, tail{0};
@@ -156,11 +178,13 @@ struct ThreadState {
     std::string text;
   };
   OpName op_names[256];
-  // (parent, op frame) -> node: nodes are never removed, so a hit is exact.
-  struct OpChild {
-    uint32_t parent = UINT32_MAX, frame = 0, node = 0;
-  };
-  OpChild op_children[512];
+  // By text, where the buffer's last text was another: (length, hash) -> op_name_texts index.
+  ChildCache op_name_ids;
+  std::vector<OpName> op_name_texts;
+  // (parent, op frame) -> node and (parent, python_key) -> node: nodes are never removed, so a
+  // hit is exact (child_cache.h).
+  ChildCache op_children;
+  ChildCache py_children;
   // Memo of native placements: hash of everything a placement depends on (both stacks, the
   // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
   // 1 us, a hit the hash; nodes are never removed, so a hit stays valid.

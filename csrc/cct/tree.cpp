@@ -236,6 +236,7 @@ void Tree::reset_metrics() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& n : nodes_) std::fill(n.metrics.begin(), n.metrics.end(), 0.0);
   checkpoint_.clear();
+  generation_.fetch_add(1);
 }
 
 void Tree::checkpoint_metrics() {
@@ -255,6 +256,7 @@ void Tree::rollback_metrics() {
     }
   }
   checkpoint_.clear();
+  generation_.fetch_add(1);
 }
 
 Tree& tree() {

@@ -6,6 +6,7 @@
 // No other file sees the storage or the lock. Nodes and frames are never removed, so their ids
 // can be cached anywhere.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -95,6 +96,9 @@ class Tree {
   // Symbolizes native frames added since the last call (outside the lock; see snapshot()).
   void describe_native_frames();
   void reset_metrics();
+  // Bumped whenever metrics go back (reset, rollback): a thread's first call of a context since
+  // then is that context's first call again (op.first_time; ops.cpp's tallies).
+  uint32_t metrics_generation() const { return generation_.load(std::memory_order_acquire); }
   // Schedules: a warm-up's metrics are discarded by restoring the values saved when it began, so
   // the active cycles before it are kept.
   void checkpoint_metrics();
@@ -118,6 +122,7 @@ class Tree {
     uintptr_t ip = 0;       // native frames: the return address
   };
   std::mutex mu_;
+  std::atomic<uint32_t> generation_{1};
   std::vector<Node> nodes_;
   std::vector<Frame> frames_;
   std::vector<std::string> metric_names_;

@@ -181,3 +181,54 @@ deep_module.work()
     files = {n["frame"].get("file") for _, n in _nodes(doc) if n["frame"]["name"] in ("work", "spin")}
     assert files == {str(deep / "deep_module.py")}, files
     assert len(str(deep / "deep_module.py")) > 300
+
+
+def test_many_distinct_lines_keep_exact_counts(tmp_path):
+    # More contexts than a thread's first memo tables hold (1,024 slots, doubled when half full),
+    # with a new line at nearly every operator event: each line's operators keep exact counts.
+    lines = "".join(f"    torch.add(x, {i})\n" if i % 3 else f"    F.linear(x, w)\n"
+                    for i in range(900))
+    r = record(tmp_path, f'''
+import torch
+import torch.nn.functional as F
+x, w = torch.ones(2, 4), torch.ones(4, 4)
+def many():
+{lines}
+def deep(k):
+    return deep(k - 1) if k else many()
+for _ in range(3):
+    deep(20)
+''', timeout=240)
+    assert r.rc == 0, r.describe()
+    doc = report_json(tmp_path, tmp_path / "prof.dcprof", "--metric", "op.count")
+    adds = [n for p, n in _nodes(doc) if p[-1] == "aten::add" and p[-2] == "many"]
+    linears = [(p, n) for p, n in _nodes(doc) if p[-1] == "aten::linear" and p[-2] == "many"]
+    assert len(adds) == 600 and all(n["metrics"]["op.count"] == 3 for n in adds)
+    assert len(linears) == 300 and all(n["metrics"]["op.count"] == 3 for _, n in linears)
+    mm = [n for p, n in _nodes(doc) if p[-1] == "aten::mm" and p[-2] == "aten::matmul"]
+    assert len(mm) == 300 and all(n["metrics"]["op.count"] == 3 for n in mm), len(mm)
+
+
+def test_first_call_time_is_counted_per_session_and_after_a_warmup(tmp_path):
+    # op.first_time: each context's first call, again after the metrics go back (a new session,
+    # a warm-up's rollback), where the operators' exits are counted by their thread's tally.
+    r = run_python(tmp_path, '''
+import torch
+import deepcontext
+x = torch.ones(64, 64)
+def work():
+    for _ in range(5):
+        torch.mm(x, x)
+for out in ("a.dcprof", "b.dcprof"):
+    with deepcontext.profile(out, schedule=deepcontext.schedule(warmup=1, active=1, repeat=1),
+                             force=True) as prof:
+        for _ in range(2):
+            work()
+            prof.step()
+''', timeout=120)
+    assert r.rc == 0, r.describe()
+    for name in ("a.dcprof", "b.dcprof"):
+        doc = report_json(tmp_path, tmp_path / name, "--metric", "op.count")
+        mm = [n["metrics"] for p, n in _nodes(doc) if p[-1] == "aten::mm"]
+        assert [m["op.count"] for m in mm] == [5.0], mm  # the active step only
+        assert 0 < mm[0]["op.first_time"] <= mm[0]["op.time"], mm
