@@ -476,10 +476,10 @@ void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer) {
   if (d < 0) return;
   uint32_t node, frame;
   {
-    TreeWriter t(tree());
-    if (!t.has_node(issuer)) issuer = 0;
-    frame = op_frame(t, s, name);
-    node = op_child(t, s, issuer, frame);
+    Lookup lk(s);
+    if (!lk.writer().has_node(issuer)) issuer = 0;  // (a collective is rare: the lock is fine)
+    frame = lk.op_frame(name);
+    node = lk.child(issuer, frame);
   }
   OpEntry& e = s->ops[d];
   e = OpEntry{};
