@@ -36,8 +36,10 @@ void drain(ThreadState* s);
 // "[thread] <name>" under the root.
 uint32_t thread_node(const char* name);
 
-// ops.cpp: folds s's operator tally (OpTally) into the tree (the registry's drain lock held).
+// op_tally.cpp: folds s's operator tally (OpTally) into the tree (the registry's drain lock held).
 void fold_op_tallies(ThreadState* s);
+// An exit of `node` counted in the calling thread's tally; false when it has no room (op_tally.cpp).
+bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node);
 
 // sampler_thread.cpp: the native sampler thread (drains, polls workers, scans, reaps).
 void start_sampler_thread();

@@ -207,45 +207,6 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
   return node;
 }
 
-// Counts an exit of `node` in the thread's tally (OpTally); false when the tally is full.
-bool tally(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node) {
-  // (a thread the registry could not map has a state no drain sees)
-  if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return false;
-  OpTally* t = s->tally;
-  if (t == nullptr) {
-    t = static_cast<OpTally*>(std::calloc(1, sizeof(OpTally)));  // zero pages, touched lazily
-    if (t == nullptr) return false;
-    __atomic_store_n(&s->tally, t, __ATOMIC_RELEASE);
-  }
-  uint32_t i = (node * 0x9E3779B1u) >> (32 - 14);
-  static_assert(OpTally::kSlots == 1u << 14, "the hash above takes 14 bits");
-  OpTally::Slot* sl = nullptr;
-  for (int probe = 0; probe < 32; ++probe, i = (i + 1) & (OpTally::kSlots - 1)) {
-    OpTally::Slot& c = t->slots[i];
-    if (c.node == node) {
-      sl = &c;
-      break;
-    }
-    if (c.node == 0) {
-      __atomic_store_n(&c.node, node, __ATOMIC_RELAXED);
-      t->order[t->used] = i;
-      __atomic_store_n(&t->used, t->used + 1, __ATOMIC_RELEASE);
-      sl = &c;
-      break;
-    }
-  }
-  if (sl == nullptr) return false;
-  const uint32_t gen = tree().metrics_generation();
-  if (sl->first_gen != gen) {  // this thread's first call here since the metrics began
-    sl->first_gen = gen;
-    __atomic_store_n(&sl->first_ns, sl->first_ns + own_ns, __ATOMIC_RELAXED);
-  }
-  __atomic_store_n(&sl->ns, sl->ns + own_ns, __ATOMIC_RELAXED);
-  if (created_node) __atomic_store_n(&sl->autograd, sl->autograd + 1, __ATOMIC_RELAXED);
-  __atomic_store_n(&sl->count, sl->count + 1, __ATOMIC_RELEASE);
-  return true;
-}
-
 }  // namespace
 
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
@@ -382,7 +343,7 @@ void op_exit(uint64_t handle, int seq_consumed) {
     Lookup lk(s);
     if (e.pending) resolve_pending(lk, e, -1, 0);
     const int64_t own = elapsed - e.child_ns;
-    if (!tally(s, e.node, own, created_node)) {  // the thread's tally is full
+    if (!tally_exit(s, e.node, own, created_node)) {  // the thread's tally is full
       TreeWriter& t = lk.writer();
       if (created_node) t.add(e.node, m_autograd_nodes, 1.0);
       if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own * 1e-9);
@@ -393,36 +354,6 @@ void op_exit(uint64_t handle, int seq_consumed) {
   if (g_observer) g_observer(nullptr, 1, e.node);
 }
 
-namespace detail {
-void fold_op_tallies(ThreadState* s) {
-  OpTally* t = __atomic_load_n(&s->tally, __ATOMIC_ACQUIRE);
-  if (t == nullptr) return;
-  const uint32_t used = __atomic_load_n(&t->used, __ATOMIC_ACQUIRE);
-  std::optional<TreeWriter> w;
-  for (uint32_t j = 0; j < used; ++j) {
-    OpTally::Slot& sl = t->slots[t->order[j]];
-    const int64_t count = __atomic_load_n(&sl.count, __ATOMIC_ACQUIRE);
-    if (count == sl.f_count) continue;  // (what else grew belongs to an exit still counting)
-    const int64_t ns = __atomic_load_n(&sl.ns, __ATOMIC_RELAXED);
-    const int64_t first = __atomic_load_n(&sl.first_ns, __ATOMIC_RELAXED);
-    const int64_t created = __atomic_load_n(&sl.autograd, __ATOMIC_RELAXED);
-    const uint32_t node = __atomic_load_n(&sl.node, __ATOMIC_RELAXED);
-    if (!w) w.emplace(tree());
-    // A first call counts where the tree has no call of the context yet (another thread's, or
-    // one before a rollback to a checkpoint that had it, came first otherwise).
-    if (first != sl.f_first_ns && w->value(node, m_op_count) == 0.0)
-      w->add(node, m_op_first_time, (first - sl.f_first_ns) * 1e-9);
-    w->add(node, m_op_time, (ns - sl.f_ns) * 1e-9);
-    w->add(node, m_op_count, static_cast<double>(count - sl.f_count));
-    if (created != sl.f_autograd)
-      w->add(node, m_autograd_nodes, static_cast<double>(created - sl.f_autograd));
-    sl.f_count = count;
-    sl.f_ns = ns;
-    sl.f_first_ns = first;
-    sl.f_autograd = created;
-  }
-}
-}  // namespace detail
 
 void scope_enter(int kind, const char* name, const char* extra, uint64_t handle, int skip_py) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
