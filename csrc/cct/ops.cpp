@@ -190,6 +190,18 @@ inline int push_depth(ThreadState* s, uint32_t epoch) {
   return d;
 }
 
+// The start of an operator event: the thread's state (now the latest dispatching thread), the
+// session epoch and the stack slot; null when capture is off or the stack is full.
+inline ThreadState* begin_op(uint32_t* epoch, int* d) {
+  if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return nullptr;
+  ThreadState* s = registry::self();
+  if (g_dispatcher.load(std::memory_order_relaxed) != s)
+    g_dispatcher.store(s, std::memory_order_release);
+  *epoch = g_epoch.load(std::memory_order_relaxed);
+  *d = push_depth(s, *epoch);
+  return *d < 0 ? nullptr : s;
+}
+
 // The context of an event from its Python frames `buf` and the op open around it (`top`).
 uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n,
                         const OpEntry* top, uint32_t* py_node) {
@@ -211,13 +223,10 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
 
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, bool is_backward) {
-  if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;
-  ThreadState* s = registry::self();
-  if (g_dispatcher.load(std::memory_order_relaxed) != s)
-    g_dispatcher.store(s, std::memory_order_release);
-  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
-  const int d = push_depth(s, epoch);
-  if (d < 0) return;
+  uint32_t epoch;
+  int d;
+  ThreadState* s = begin_op(&epoch, &d);
+  if (s == nullptr) return;
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
   // A nested operator's context is its parent's node unless Python ran in between (a Python
   // callback inside the op), which the innermost frame alone tells: most operator events are
@@ -398,13 +407,10 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
 }
 
 void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer) {
-  if (!g_enabled.load(std::memory_order_relaxed) || !g_opts.ops) return;
-  ThreadState* s = registry::self();
-  if (g_dispatcher.load(std::memory_order_relaxed) != s)
-    g_dispatcher.store(s, std::memory_order_release);
-  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
-  const int d = push_depth(s, epoch);
-  if (d < 0) return;
+  uint32_t epoch;
+  int d;
+  ThreadState* s = begin_op(&epoch, &d);
+  if (s == nullptr) return;
   uint32_t node, frame;
   {
     Lookup lk(s);
