@@ -15,6 +15,9 @@ from ..tree.frame import MARKER, OP, PYTHON, THREAD, Frame
 from ..tree.usercode import is_user_file, is_user_frame
 from .finding import EstimatedGain, Finding, Location
 
+#: autograd's operator that adds a parameter's gradient into ``.grad``: one call per gradient
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
 # One-time work that is its own context, never steady-state host time: compilation (Dynamo's
@@ -151,6 +154,12 @@ class AnalysisContext:
         state (a step loop, a per-batch call), not set-up (model construction, a one-time
         ``model.to('cuda')``, a warm-up call)."""
         return self.runs(self.owner[node] if node > 0 else node) >= min_runs
+
+    @cached_property
+    def gradients(self) -> float:
+        """Parameter gradients accumulated in the run (calls of autograd's AccumulateGrad)."""
+        return sum(self.count(n.id) for n in self.tree.nodes
+                   if n.frame.kind == OP and n.frame.name == ACCUMULATE_GRAD)
 
     @cached_property
     def has_gpu(self) -> bool:

@@ -9,12 +9,12 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from ...tree.frame import MARKER, OP
-from ..context import AnalysisContext
+from ..context import ACCUMULATE_GRAD, AnalysisContext
 from ..finding import Finding
 from ..rule import Rule, Threshold
 from ._common import percent, seconds
 
-_BACKWARD_OPS = ("autograd::engine::evaluate_function", "torch::autograd::AccumulateGrad")
+_BACKWARD_OPS = ("autograd::engine::evaluate_function", ACCUMULATE_GRAD)
 
 
 class UnusedAutogradRule(Rule):

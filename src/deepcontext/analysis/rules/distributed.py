@@ -189,8 +189,7 @@ class PerParameterCollectiveRule(Rule):
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
-        grads = sum(ctx.count(n.id) for n in ctx.tree.nodes
-                    if n.frame.kind == OP and n.frame.name == "torch::autograd::AccumulateGrad")
+        grads = ctx.gradients
         if grads <= 0:
             return
         calls: dict[int, list[int]] = {}

@@ -13,7 +13,6 @@ from ..ops import INPLACE_UPDATE, base_name, is_pointwise
 from ..rule import Rule, Threshold
 from ._common import percent, seconds
 
-_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
 # In-place writes that reset rather than update: a loop of them is zero_grad, not an optimizer.
 _ZEROING = frozenset({"zero_", "fill_", "copy_"})
 # Optimizers with a fused CPU kernel (torch >= 2.4). On CPU foreach=True gives no speedup
@@ -86,7 +85,7 @@ class OptimizerLoopRule(Rule):
                 method=f"conservatively {self.t('foreach_saving'):.0%} of the step's host time")
 
     def _manual_loops(self, ctx: AnalysisContext) -> Iterator[Finding]:
-        grads = sum(ctx.count(n.id) for n in ctx.tree.nodes if n.frame.name == _ACCUMULATE_GRAD)
+        grads = ctx.gradients
         if grads <= 0:
             return  # no backward pass: in-place loops here are not parameter updates
         for owner, sites in ctx.sites_by_owner.items():
