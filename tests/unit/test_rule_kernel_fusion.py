@@ -1,5 +1,7 @@
 """kernel-fusion on literal trees: fires on a hand-written activation, quiet just below."""
 
+import pytest
+
 from deepcontext.analysis import analyze
 from deepcontext.analysis.rules.kernel_fusion import KernelFusionRule
 from deepcontext.analysis.testing import USER_FILE, build, kernel, lib, marker, op, user
@@ -46,15 +48,21 @@ def test_one_op_repeated_is_not_a_fusion_candidate():
 ACT = "/usr/lib/python3.11/site-packages/transformers/activations.py"
 
 
-def test_a_library_chain_is_found_where_it_lives_and_reported_at_the_users_line():
-    frames = [user(12), lib("Module._call_impl"), lib("NewGELUActivation.forward", ACT, 66)]
+# The H200 image's venv is /opt/torch/.venv: a "/torch/" in the prefix is not torch's package
+# (it once made every transformers frame torch plumbing, and GPT-2's chain one chain of step()).
+@pytest.mark.parametrize("prefix", ["/usr/lib/python3.11/site-packages",
+                                    "/opt/torch/.venv/lib/python3.12/site-packages"])
+def test_a_library_chain_is_found_where_it_lives_and_reported_at_the_users_line(prefix):
+    act = f"{prefix}/transformers/activations.py"
+    frames = [user(12), lib("Module._call_impl", f"{prefix}/torch/nn/modules/module.py"),
+              lib("NewGELUActivation.forward", act, 66)]
     tree = build([REST] + [(frames + [op(n)], {"op.count": c, "op.time": 0.05})
                            for n, c in (("aten::mul", 400), ("aten::pow", 100),
                                         ("aten::add", 200), ("aten::tanh", 100))])
     (f,) = run(tree)
     assert f.location.line == 12 and f.location.file == USER_FILE  # the line you can change
     assert (f.origin.file, f.origin.line, f.origin.function) == (
-        ACT, 66, "NewGELUActivation.forward")  # where the chain lives
+        act, 66, "NewGELUActivation.forward")  # where the chain lives
     assert f.path[-1] == "NewGELUActivation.forward (activations.py:66)"
     assert f.evidence["ops_per_call"] == 8.0
     assert f.evidence["library_function"] == ("transformers/activations.py:66 "

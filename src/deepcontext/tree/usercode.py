@@ -31,6 +31,21 @@ _GENERATED_DIRS = ("/torchinductor_", "/.triton/cache/", "/triton/cache/")
 _TEMP_MODULE = re.compile(r"^(tmp[a-z0-9_]{8}|[A-Za-z_][\w.]*\.[\w.]*_[a-z0-9_]{8})\.py$")
 
 
+def torch_subpath(path: str) -> str | None:
+    """The part of ``path`` inside the torch package (``nn/functional.py``), or None. torch is
+    the ``torch/`` right after site-packages (or, in a source checkout, one of its known
+    subpackages): a ``/torch/`` elsewhere in the path (``/opt/torch/.venv/...``: a venv named
+    after it) is not torch."""
+    norm = path.replace("\\", "/")
+    for part in ("/site-packages/", "/dist-packages/"):
+        i = norm.rfind(part)
+        if i >= 0:
+            tail = norm[i + len(part):]
+            return tail[len("torch/"):] if tail.startswith("torch/") else None
+    m = _TORCH_TREE.search(norm)
+    return norm[m.start() + len("/torch/"):] if m else None
+
+
 def _is_generated(norm: str) -> bool:
     if any(part in norm for part in _GENERATED_DIRS):
         return True

@@ -3,22 +3,23 @@ chain lives (the user's line or a library function), typeable advice, units."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 
 from ...tree.frame import MARKER, MODULE, OP, PYTHON, Frame
 from ...tree.metrics import format_value
+from ...tree.usercode import torch_subpath
 from ..context import AnalysisContext, OpSite
 from ..ops import INDEXING
 
-# torch's own Python (functional wrappers, nn.Module plumbing, Tensor dunders) is not where a
-# chain lives: a user line calling F.silu(x) * y is one chain with the ops around it.
-_TORCH_PY = re.compile(r"/torch/(?!_inductor/|testing/)")
-
-
 def is_torch_frame(f: Frame) -> bool:
-    return f.kind == PYTHON and bool(_TORCH_PY.search(f.file.replace("\\", "/")))
+    """torch's own Python (functional wrappers, nn.Module plumbing, Tensor dunders) is not where
+    a chain lives: a user line calling F.silu(x) * y is one chain with the ops around it.
+    Inductor's and torch.testing's code are not plumbing."""
+    if f.kind != PYTHON:
+        return False
+    sub = torch_subpath(f.file)
+    return sub is not None and not sub.startswith(("_inductor/", "testing/"))
 
 
 def function_regions(ctx: AnalysisContext, owners: list[int]) -> list[list[int]]:
