@@ -17,9 +17,10 @@ pytestmark = pytest.mark.gpu
 
 PROGRAM = Path(__file__).parent / "programs" / "cudart_hooks.py"
 FIND_CUDART = """
-import torch
+import ctypes, torch
 torch.zeros(1, device="cuda")
-print(next((l.split()[-1] for l in open("/proc/self/maps") if "/libcudart.so" in l), ""))
+path = next((l.split()[-1] for l in open("/proc/self/maps") if "/libcudart.so" in l), "")
+print(path, hasattr(ctypes.CDLL(path), "__cudaLaunchKernel") if path else "")
 """
 
 
@@ -37,13 +38,17 @@ def line_of(marker: str) -> int:
 
 
 def test_cudart_calls_per_line(tmp_path):
-    cudart = subprocess.run([sys.executable, "-c", FIND_CUDART], capture_output=True, text=True,
-                            timeout=300).stdout.strip()
-    if not cudart:
+    found = subprocess.run([sys.executable, "-c", FIND_CUDART], capture_output=True, text=True,
+                           timeout=300).stdout.split()
+    if not found:
         pytest.skip("this PyTorch links the CUDA runtime statically (no libcudart.so mapped)")
+    cudart = found[0]
+    # CUDA 13's <<<>>> launch stubs call __cudaLaunchKernel (crt/host_runtime.h), not
+    # cudaLaunchKernel, which only explicit calls use
+    launch = "__cudaLaunchKernel" if found[1] == "True" else "cudaLaunchKernel"
     hooks = tmp_path / "cuda.toml"
     hooks.write_text(
-        f'[[hook]]\nlibrary = "{cudart}"\nfunction = "cudaLaunchKernel"\nkind = "launch"\n\n'
+        f'[[hook]]\nlibrary = "{cudart}"\nfunction = "{launch}"\nkind = "launch"\n\n'
         f'[[hook]]\nlibrary = "{cudart}"\nfunction = "cudaMemcpyAsync"\nkind = "copy"\nbytes_arg = 2\n\n'
         f'[[hook]]\nlibrary = "{cudart}"\nfunction = "cudaDeviceSynchronize"\nkind = "sync"\n')
     out = tmp_path / "cuda.dcprof"
@@ -68,10 +73,10 @@ def test_cudart_calls_per_line(tmp_path):
                     into[k] = into.get(k, 0.0) + v
         return got
 
-    assert hooks_under("MUL")["cudaLaunchKernel"]["hook.count"] == reps
+    assert hooks_under("MUL")[launch]["hook.count"] == reps
     copy = hooks_under("COPY")["cudaMemcpyAsync"]
     assert copy["hook.count"] == 1 and copy["hook.bytes"] == 4 * n
     sync = hooks_under("SYNC")["cudaDeviceSynchronize"]
     assert sync["hook.count"] == 1 and sync["sync.count"] == 1 and sync["sync.wait"] > 0
     assert {h["function"]: h["loaded"] for h in tree.metadata["hooks"]} == {
-        "cudaLaunchKernel": True, "cudaMemcpyAsync": True, "cudaDeviceSynchronize": True}
+        launch: True, "cudaMemcpyAsync": True, "cudaDeviceSynchronize": True}
