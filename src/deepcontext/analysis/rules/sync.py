@@ -64,8 +64,8 @@ class SyncRule(Rule):
         cause: dict[int, str] = {}
         for node in ctx.tree.nodes[1:]:
             w, c = node.metrics.get("sync.wait", 0.0), node.metrics.get("sync.count", 0.0)
-            if not (w or c) or ctx.owner[node.id] <= 0:
-                continue
+            if not (w or c) or ctx.owner[node.id] <= 0 or ctx.in_setup[node.id]:
+                continue  # set-up waits (Inductor's autotuner timing kernels) are not a step's
             if node.frame.kind == SYNC and node.frame.name.startswith("jax "):
                 continue  # JAX's round trips: rules/jax.py, with JAX's advice
             owner = ctx.owner[node.id]
