@@ -6,7 +6,8 @@ The link from a thunk to its call: the tracked ``jax.jit`` wrapper opens a Trace
 ``PjitFunction(<name>)`` and, on XLA:CPU, a ``ThreadpoolListener::Record`` flow event whose id
 the worker thread's ``ThreadpoolListener::StartRegion`` consumes; the thunks run in that region
 carry a ``run_id``. On the GPU a kernel's ``correlation_id`` names its launch API call; a launch
-inside a dispatch's time span belongs to it. When neither link exists the latest dispatch of a
+inside a dispatch's time span belongs to it, and so does a compile-time kernel (no program id:
+XLA's autotuner) that ran inside one. When neither link exists the latest dispatch of a
 function of that name before the execution is taken; failing that the execution is unlinked.
 User TraceMe spans (``jax.profiler.TraceAnnotation``) open around a dispatch become its markers.
 """
@@ -35,6 +36,7 @@ class Dispatch:
     function: str  # from PjitFunction(<function>), "" when not seen
     start: int
     end: int
+    eager: bool = False  # an eager primitive's computation, not a jitted function's
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,10 @@ class Folder:
                 seen.add((corr, k.start))
             at = launch_time.get(int(corr)) if corr is not None else None
             disp = _containing(dispatches, starts, at) if at is not None else None
+            if disp is None and "program_id" not in k.stats:
+                # compile-time work (XLA's autotuner timing candidate kernels, launched from
+                # its own threads): it runs inside the call that is compiling
+                disp = _containing(dispatches, starts, k.start)
             if disp is None:
                 disp = _latest_before(dispatches, at if at is not None else k.start,
                                       str(k.stats.get("hlo_module", "")))
@@ -225,7 +231,7 @@ class _HostLine:
             call = cstack[-1][1] if cstack else None
             if name == DISPATCH_EVENT and isinstance(stats, dict) and "n" in stats:
                 markers = tuple(s[1] for s in spans) if not dstack else dstack[-1][1].markers
-                d = Dispatch(int(stats["n"]), markers, "", start, end)
+                d = Dispatch(int(stats["n"]), markers, "", start, end, bool(stats.get("e")))
                 self.dispatches.append(d)
                 dstack.append((end, d))
                 continue

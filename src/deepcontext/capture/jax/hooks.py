@@ -3,7 +3,8 @@ to the program's code:
 
 - ``jax.jit`` returns a ``TrackedJit``: the jitted function itself, plus a TraceMe around each
   call naming the calling context, so the profiler capture can hang the executed thunks and
-  kernels under the Python line that called it (XLA's threads launch them elsewhere);
+  kernels under the Python line that called it (XLA's threads launch them elsewhere); eager
+  primitives (jax.numpy outside jit) are tracked the same way;
 - ``jax.monitoring`` duration events (JAX's official compile-time hook) become ``[marker]
   compile`` contexts under the call that triggered the compilation;
 - ``block_until_ready`` and device-to-host copies (``jax.device_get``, ``np.asarray``,
@@ -42,6 +43,7 @@ class TrackedJit:
     (``lower``, ``trace``, attributes, method binding) is the jitted function's own."""
 
     __slots__ = ("_dc_fn", "__dict__", "__weakref__")
+    eager = 0  # 1: an eager primitive's computation (its HLO's stack is all caller)
 
     def __init__(self, fn: Any) -> None:
         object.__setattr__(self, "_dc_fn", fn)
@@ -61,7 +63,7 @@ class TrackedJit:
         stack = call_stack()
         stack.append(node)
         try:
-            with layer.trace_me(DISPATCH_EVENT, n=node):
+            with layer.trace_me(DISPATCH_EVENT, n=node, e=self.eager):
                 return self._dc_fn(*args, **kwargs)
         finally:
             stack.pop()
@@ -83,6 +85,11 @@ class TrackedJit:
         import inspect
 
         return inspect.signature(self._dc_fn)
+
+
+class EagerPrimitive(TrackedJit):
+    __slots__ = ()
+    eager = 1
 
 
 def _like(wrapper: Any, original: Any) -> Any:
@@ -112,6 +119,18 @@ def tracked_jit(original: Callable[..., Any]) -> Callable[..., Any]:
 
     jit._dc_original = original  # type: ignore[attr-defined]
     return _like(jit, original)
+
+
+def tracked_primitive(original: Callable[..., Any]) -> Callable[..., Any]:
+    """jax's eager path: a jax.numpy call outside jit runs each primitive as its own small
+    jitted computation, made by ``dispatch.xla_primitive_callable`` (``jit(add)``); it is
+    tracked like the program's jitted functions, so its kernels sit under its line."""
+
+    def xla_primitive_callable(*args: Any, **kwargs: Any) -> Any:
+        return EagerPrimitive(original(*args, **kwargs))
+
+    xla_primitive_callable._dc_original = original  # type: ignore[attr-defined]
+    return _like(xla_primitive_callable, original)
 
 
 def timed_sync(original: Callable[..., Any], layer: Any, what: str) -> Callable[..., Any]:

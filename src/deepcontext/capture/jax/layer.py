@@ -19,7 +19,7 @@ from ...tree.frame import Frame
 from .fold import Execution, Folder
 from .hlo import HloModule
 from . import hooks
-from .hooks import Patches, call_stack, timed_sync, timed_value, tracked_jit
+from .hooks import Patches, call_stack, timed_sync, timed_value, tracked_jit, tracked_primitive
 from .names import jit_label, op_frames
 from .xspace import hlo_protos
 
@@ -120,10 +120,11 @@ class JaxLayer:
             return True
 
     def _install(self, jax: Any) -> None:
-        from jax._src import api, array, profiler
+        from jax._src import api, array, dispatch, profiler
 
         p = self._patches
         p.replace(jax, "jit", tracked_jit)
+        p.replace(dispatch, "xla_primitive_callable", tracked_primitive)
         for owner in (jax, api):
             p.replace(owner, "block_until_ready",
                       lambda f: timed_sync(f, self, "block_until_ready"))
@@ -315,13 +316,16 @@ class JaxLayer:
         if not linked:
             self.stats["unlinked"] += 1
         markers = ex.dispatch.markers if linked else ()
-        key = (ex.program_id, ex.hlo_op, ex.kernel, ex.device, linked, markers)
+        function = ex.dispatch.function if linked else ""
+        eager = linked and ex.dispatch.eager
+        key = (ex.program_id, ex.hlo_op, ex.kernel, ex.device, linked, markers, function, eager)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._plan(ex, linked, markers)
+            plan = self._plans[key] = self._plan(ex, linked, markers, function, eager)
         head, entries, time_metric = plan
         charges = self._charges
-        if linked and ex.dispatch not in self._counted:  # one call of the jitted function
+        compiling = ex.device == "gpu" and ex.program_id < 0  # not a run of the executable
+        if linked and not compiling and ex.dispatch not in self._counted:  # one call
             self._counted[ex.dispatch] = None
             if len(self._counted) > 4096:
                 self._counted.pop(next(iter(self._counted)))
@@ -344,8 +348,8 @@ class JaxLayer:
             self._path_list.append(path)
         return pid
 
-    def _plan(self, ex: Execution, linked: bool, markers: tuple[str, ...]) -> tuple[
-            int, list[tuple[str, int, int, float]], str]:
+    def _plan(self, ex: Execution, linked: bool, markers: tuple[str, ...], function: str,
+              eager: bool) -> tuple[int, list[tuple[str, int, int, float]], str]:
         """Where one kind of execution is charged (computed once per executable, instruction
         and calling markers): the executable's frame path, and per operator its path, its
         kernel's path and its share of the time."""
@@ -361,6 +365,9 @@ class JaxLayer:
         time_metric = "gpu.time" if ex.device == "gpu" else "op.time"
         ops = module.ops(ex.hlo_op) if module is not None else ()
         if ex.device == "gpu" and ex.program_id < 0:  # no executable yet: compile-time
+            if function:  # under the compiling call's compile marker (as _on_duration puts it)
+                head = [Frame.make("op", function if function.startswith("jit(")
+                                   else f"jit({function})")]
             tail = [Frame.make("marker", "compile"), Frame.make("marker", "autotuning"), kernel]
             return self._id(tuple(head)), [("", -1, self._id(tuple(head + tail)), 1.0)], time_metric
         if not ops:
@@ -373,7 +380,7 @@ class JaxLayer:
         fused = (Frame.make("marker", f"fused 1/{len(ops)}"),) if len(ops) > 1 else ()
         entries = []
         for op in ops:
-            outer, below = op_frames(op, linked)
+            outer, below = op_frames(op, linked, eager)
             op_path = tuple(outer + head + below)
             entries.append((op.op_name, self._id(op_path), self._id(op_path + fused + (kernel,)),
                             1.0 / len(ops)))

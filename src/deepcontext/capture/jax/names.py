@@ -89,12 +89,13 @@ def python_frames(stack: tuple[SourceFrame, ...]) -> list[Frame]:
     return [Frame.make("python", func or "<unknown>", file, line) for file, line, func in stack]
 
 
-def op_frames(op: JaxOp, linked: bool) -> tuple[list[Frame], list[Frame]]:
+def op_frames(op: JaxOp, linked: bool, eager: bool = False) -> tuple[list[Frame], list[Frame]]:
     """``(frames above the executable frame, frames below it down to the operator)`` for one
     operator. A linked run (its Python call site was seen) keeps only the frames inside the
-    jitted function; an unlinked one is placed at the stack it was traced from."""
+    jitted function; an unlinked one is placed at the stack it was traced from. An eager
+    primitive's stack is all caller: it has no body of its own."""
     jit_name, backward, scopes, primitive = parse_op_name(op.op_name)
-    start = body_start(op.stack, jit_name)
+    start = len(op.stack) if eager else body_start(op.stack, jit_name)
     if start < 0:  # no body frame: the stack is all caller (unlinked) or all body (linked)
         start = len(op.stack) if not linked else 0
     outer = [] if linked else python_frames(op.stack[:start])
