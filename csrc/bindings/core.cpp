@@ -215,7 +215,7 @@ NB_MODULE(_core, m) {
                         {"records", s.records}, {"unattributed", s.unattributed},
                         {"ignored", s.ignored}, {"incomplete", s.incomplete},
                         {"dropped", s.dropped}, {"graph_unmapped", s.graph_unmapped},
-                        {"nested_matches", s.nested_matches}})
+                        {"nested_matches", s.nested_matches}, {"graph_nodes", s.graph_nodes}})
       out[k] = v;
     out["pending"] = s.pending;
     nb::list devices;

@@ -371,6 +371,7 @@ void fill_stats(GpuStats* out) {
   out->library = library;
   out->active = active;
   out->pending = g_issued.load() - g_settled.load();
+  out->graph_nodes = g_graph_nodes.load();
   for (uint32_t d = 0; d < kMaxDevices; ++d)
     if (S().dev[d].kernels + S().dev[d].memcpys + S().dev[d].memsets > 0) out->devices.push_back(S().dev[d]);
 }

@@ -44,6 +44,7 @@ struct GpuStats {
   uint64_t dropped = 0;          // records CUPTI reports as dropped (buffer pressure)
   uint64_t graph_unmapped = 0;   // graph-replayed records whose capture context was unknown
   uint64_t nested_matches = 0;   // records matched through a nested driver call's id
+  uint64_t graph_nodes = 0;      // graph nodes seen made (created or cloned: resource callbacks)
   int64_t pending = 0;           // kernel/graph launches not yet seen in a record
   std::vector<GpuDeviceStats> devices;
 };

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -102,22 +103,25 @@ class CorrelationMap {
 };
 
 // Graph node id -> context node where the node was created (stream capture or explicit add);
-// clones made at instantiation inherit their original's context. Replayed kernels' records can
-// carry the original node's id even after the captured graph is destroyed (PyTorch destroys it
-// right after instantiation), so an original stays while any clone of it lives: entries go when
-// CUDA destroys the last of them, bounding the map by the graphs alive.
+// clones made at instantiation inherit their original's context. A destroyed node's entry
+// stays a while: replayed kernels' records can name the captured node, which PyTorch destroys
+// right after instantiation (on CUDA 13 a map that dropped originals without live clones lost
+// every replay: graph_unmapped), and records of a graph's last replay can arrive after its
+// destruction. Entries of destroyed nodes go oldest
+// first past kKeepDestroyed, so the map is bounded by the nodes alive plus that many (node ids
+// are never reused: a stale entry never answers for another node).
 class GraphNodeMap {
  public:
+  static constexpr size_t kKeepDestroyed = 1 << 16;
+
   void put(uint64_t id, uint32_t node) {
     std::lock_guard<std::mutex> g(mu_);
-    map_[id] = Entry{node, 0, 0, false};
+    map_[id] = Entry{node, false};
   }
   void clone(uint64_t original, uint64_t id) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(original);
-    if (it == map_.end()) return;
-    ++it->second.clones;
-    map_[id] = Entry{it->second.node, original, 0, false};
+    if (it != map_.end()) map_[id] = Entry{it->second.node, false};
   }
   bool get(uint64_t id, uint32_t* node) {
     std::lock_guard<std::mutex> g(mu_);
@@ -129,27 +133,28 @@ class GraphNodeMap {
   void destroyed(uint64_t id) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(id);
-    if (it == map_.end()) return;
-    const uint64_t original = it->second.original;
-    if (original == 0 && it->second.clones > 0) {
-      it->second.gone = true;  // its clones' records may still name it
-      return;
+    if (it == map_.end() || it->second.destroyed) return;
+    it->second.destroyed = true;
+    destroyed_.push_back(id);
+    while (destroyed_.size() > kKeepDestroyed) {
+      auto old = map_.find(destroyed_.front());
+      if (old != map_.end() && old->second.destroyed) map_.erase(old);
+      destroyed_.pop_front();
     }
-    map_.erase(it);
-    auto o = map_.find(original);
-    if (original != 0 && o != map_.end() && --o->second.clones == 0 && o->second.gone)
-      map_.erase(o);
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> g(mu_);
+    return map_.size();
   }
 
  private:
   struct Entry {
     uint32_t node;
-    uint64_t original;  // 0: an original node
-    uint32_t clones;    // live clones of an original
-    bool gone;          // an original CUDA destroyed while clones lived
+    bool destroyed;
   };
   std::mutex mu_;
   std::unordered_map<uint64_t, Entry> map_;
+  std::deque<uint64_t> destroyed_;  // oldest first
 };
 
 CorrelationMap& correlations();
@@ -157,7 +162,8 @@ GraphNodeMap& graph_nodes();
 
 // Launch bookkeeping for the bounded final flush.
 extern std::atomic<int64_t> g_issued;   // counted launches that returned success
-extern std::atomic<int64_t> g_settled;  // counted launches whose first record arrived
+extern std::atomic<int64_t> g_settled;
+extern std::atomic<uint64_t> g_graph_nodes;  // graph nodes made (created or cloned)  // counted launches whose first record arrived
 extern std::atomic<uint32_t> g_generation;  // bumped at each start: stale per-thread scopes reset
 
 // Callback layer (callbacks.cpp): classify API ids, enable them on `sub`.
