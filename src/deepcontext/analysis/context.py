@@ -171,21 +171,30 @@ class AnalysisContext:
         or operator wall time, whichever is larger), or the GPU time when that is larger.
         Left out of the host time: interpreter start-up, imports and set-up contexts (building
         and moving the model, compilation, autotuning), so a short profile reads like a long
-        one."""
+        one, unless the steady state is too short for the sampler to measure (then set-up
+        stays in)."""
         return self.profiled_times[self.profiled_metric]
+
+    #: A steady state the CPU-time sampler saw fewer times than this is too coarse a
+    #: denominator (a 20 ms steady state is 2 samples: +-50%); such short runs keep set-up in.
+    MIN_STEADY_SAMPLES = 50
 
     @cached_property
     def profiled_times(self) -> dict[str, float]:
         """Each candidate for the profiled time (steady host metrics, GPU totals)."""
         tree = self.tree
 
-        def steady(metric: str) -> float:
+        def host(metric: str, setup: bool) -> float:
             # intra-op workers and other threads outside Python run beside the main thread:
             # adding their CPU time would make the run look longer the more cores it used
             return sum(n.metrics.get(metric, 0.0) for n in tree.nodes if not (
-                self.in_import[n.id] or self.in_worker[n.id] or self.in_setup[n.id]))
+                self.in_import[n.id] or self.in_worker[n.id]
+                or (not setup and self.in_setup[n.id])))
 
-        times = {"cpu.time": steady("cpu.time"), "op.time": steady("op.time")}
+        interval = self.metadata.get("sample_interval")
+        interval = float(interval) if isinstance(interval, (int, float)) and interval > 0 else 0.01
+        setup = host("cpu.time", False) < self.MIN_STEADY_SAMPLES * interval
+        times = {"cpu.time": host("cpu.time", setup), "op.time": host("op.time", setup)}
         times["gpu.time"] = tree.total("gpu.time")
         times["sync.wait"] = tree.total("sync.wait")
         return times
