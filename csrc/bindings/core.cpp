@@ -272,6 +272,7 @@ NB_MODULE(_core, m) {
     out["dropped_samples"] = c.dropped_samples;
     out["non_user_samples"] = c.non_user_samples;
     out["ignored_records"] = c.ignored_records;
+    out["ranges"] = c.ranges;
     out["log"] = c.log;
     return out;
   }, "PC samples collected (after gpu_stop): reasons, (crc, function, mangled, pc, node, "

@@ -33,7 +33,8 @@ namespace gpu {
 #define DC_CUPTI_OPTIONAL(X) X(cuptiSubscribe_v2) X(cuptiGetGraphNodeId) X(cuptiActivityFlushPeriod) \
   X(cuptiPCSamplingEnable) X(cuptiPCSamplingDisable) X(cuptiPCSamplingGetData)                \
   X(cuptiPCSamplingGetNumStallReasons) X(cuptiPCSamplingGetStallReasons)                      \
-  X(cuptiPCSamplingSetConfigurationAttribute) X(cuptiGetCubinCrc)
+  X(cuptiPCSamplingSetConfigurationAttribute) X(cuptiGetCubinCrc) X(cuptiPCSamplingStart)       \
+  X(cuptiPCSamplingStop)
 
 struct CuptiApi {
   void* handle = nullptr;

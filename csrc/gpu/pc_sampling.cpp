@@ -7,6 +7,8 @@
 // recovered at the end, off the hot path. Nothing here runs unless configure(true, ...) was called.
 #include "pc_sampling.h"
 
+#include "../cct/capture.h"
+
 #include <atomic>
 #include <mutex>
 
@@ -84,6 +86,8 @@ struct Buffer {
 
 struct ContextState {
   bool enabled = false;
+  bool ranged = false;    // continuous mode under start/stop control: samples only while capturing
+  bool sampling = false;  // between cuptiPCSamplingStart and Stop (ranged only)
   size_t reasons = 0;
   std::vector<uint32_t> reason_index;  // CUPTI's index, by slot
   Buffer configured;                   // handed to CUPTI as the sampling data buffer
@@ -109,7 +113,7 @@ struct State {
   std::map<std::string, uint32_t> slot_of;           // full CUPTI name -> slot
   std::map<Key, std::vector<uint64_t>> counts;       // per slot, + total at the end
   std::unordered_map<uint64_t, std::string> cubins;
-  uint64_t total = 0, dropped = 0, non_user = 0, ignored = 0;
+  uint64_t total = 0, dropped = 0, non_user = 0, ignored = 0, ranges = 0;
   std::atomic<uint64_t> crc_failures{0};
   std::vector<std::string> log;
   std::map<std::string, int> log_count;  // repeated messages are logged a few times only
@@ -213,6 +217,30 @@ void read_all(CUcontext ctx, ContextState& c, const char* where) {
   }
 }
 
+// Starts or stops a ranged context's sampling; a range's samples are read at its end (CUPTI
+// asks for a flush after every cuptiPCSamplingStop).
+void set_range(CUcontext ctx, ContextState& c, bool on) {
+  gpu::CuptiApi& a = gpu::cupti();
+  CUptiResult r;
+  if (on) {
+    CUpti_PCSamplingStartParams p{};
+    p.size = CUpti_PCSamplingStartParamsSize;
+    p.ctx = ctx;
+    r = a.cuptiPCSamplingStart(&p);
+    note("cuptiPCSamplingStart", r);
+  } else {
+    CUpti_PCSamplingStopParams p{};
+    p.size = CUpti_PCSamplingStopParamsSize;
+    p.ctx = ctx;
+    r = a.cuptiPCSamplingStop(&p);
+    note("cuptiPCSamplingStop", r);
+  }
+  if (r != CUPTI_SUCCESS) return;
+  c.sampling = on;
+  if (on) ++S().ranges;
+  else read_all(ctx, c, "at range end");
+}
+
 bool have_api() {
   gpu::CuptiApi& a = gpu::cupti();
   return a.cuptiPCSamplingEnable && a.cuptiPCSamplingDisable && a.cuptiPCSamplingGetData &&
@@ -280,8 +308,11 @@ void enable_on(CUcontext ctx, ContextState& c) {
   info[2].attributeData.collectionModeData.collectionMode =
       g_mode == "serialized" ? CUPTI_PC_SAMPLING_COLLECTION_MODE_KERNEL_SERIALIZED
                              : CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS;
+  // Continuous records carry no correlation id, so a schedule's paused steps cannot be told
+  // apart afterwards: sample only while capture is on, through start/stop ranges.
+  const bool ranged = g_mode != "serialized" && a.cuptiPCSamplingStart && a.cuptiPCSamplingStop;
   info[3].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_ENABLE_START_STOP_CONTROL;
-  info[3].attributeData.enableStartStopControlData.enableStartStopControl = 0;
+  info[3].attributeData.enableStartStopControlData.enableStartStopControl = ranged ? 1 : 0;
   size_t n = 4;
   if (g_period > 0) {
     info[4].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
@@ -308,6 +339,8 @@ void enable_on(CUcontext ctx, ContextState& c) {
     return;
   }
   c.enabled = true;
+  c.ranged = ranged;
+  if (ranged) set_range(ctx, c, dc::is_enabled());
 }
 
 }  // namespace
@@ -353,6 +386,10 @@ void on_launch(bool enter, CUcontext ctx) {
     enable_on(ctx, *it->second);
   }
   ContextState* slot = it->second.get();
+  // Ranged: the first launch after capture paused or resumed (a schedule's step boundary)
+  // stops or starts sampling; kernels already queued run on in the range they were in.
+  if (enter && slot->ranged && slot->sampling != dc::is_enabled())
+    set_range(ctx, *slot, !slot->sampling);
   // Serialized: the kernel has ended when its launch returns; read its samples now, while
   // their correlation id still maps to the launch's context.
   if (!enter && slot->enabled && g_mode == "serialized") read_all(ctx, *slot, "after kernel");
@@ -365,6 +402,7 @@ void stop() {
   for (auto& kv : S().contexts) {
     ContextState& c = *kv.second;
     if (!c.enabled) continue;
+    if (c.sampling) set_range(kv.first, c, false);
     read_all(kv.first, c, "at stop");
     CUpti_PCSamplingDisableParams dp{};
     dp.size = CUpti_PCSamplingDisableParamsSize;
@@ -407,9 +445,10 @@ Collected take() {
   c.dropped_samples = s.dropped;
   c.non_user_samples = s.non_user;
   c.ignored_records = s.ignored;
+  c.ranges = s.ranges;
   c.log.insert(c.log.begin(), s.log.begin(), s.log.end());
   s.counts.clear();
-  s.total = s.dropped = s.non_user = s.ignored = 0;
+  s.total = s.dropped = s.non_user = s.ignored = s.ranges = 0;
   s.log.clear();
   s.log_count.clear();
   return c;

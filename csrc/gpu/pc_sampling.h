@@ -34,6 +34,7 @@ struct Collected {
   std::unordered_map<uint64_t, std::string> cubins;  // crc -> cubin bytes
   uint64_t total_samples = 0, dropped_samples = 0, non_user_samples = 0;
   uint64_t ignored_records = 0;   // launches made while capture was paused (schedule)
+  uint64_t ranges = 0;            // continuous mode: sampling ranges started (capture on)
   std::vector<std::string> log;   // what CUPTI answered at each step (diagnostics)
 };
 

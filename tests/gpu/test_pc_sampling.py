@@ -202,6 +202,29 @@ def test_continuous_mode_splits_by_kernel_and_says_so(cuda_runs):
     assert abs(total - pc["samples_split"]) < 1e-6 * total
 
 
+def test_continuous_mode_samples_only_the_active_steps(cuda_runs, hot_lib, tmp_path):
+    """A schedule in continuous mode: sampling runs only in the active step (start/stop
+    ranges), so the kernel's samples are one launch's, not the nine launches' of all steps."""
+    out = tmp_path / "steps.dcprof"
+    p = subprocess.run([sys.executable, str(PROGRAMS / "pc_steps.py"), str(hot_lib), str(out)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    say(f"\npc_steps rc={p.returncode} {p.stderr[-1500:]}")
+    assert p.returncode == 0 and p.stdout == "pc_steps done\n", p.stderr[-3000:]
+    tree = load(out)
+    pc = tree.metadata["pc"]
+    describe("steps", tree, tree.metadata, 0.0)
+    assert pc["mode"] == "continuous" and pc["ranges"] == 1, pc
+    launches = sum(n.metrics.get("gpu.launches", 0.0) for n in tree.nodes[1:]
+                   if n.frame.kind == KERNEL and n.frame.name == "hot_loop")
+    assert launches == 1
+    ranged = sum(n.metrics.get("pc.samples", 0.0) for n in instructions(tree, "hot_loop"))
+    whole, _ = cuda_runs["continuous"]  # 5 launches, all sampled
+    per_launch = sum(n.metrics.get("pc.samples", 0.0) for n in instructions(whole, "hot_loop")) / 5
+    say(f"steps: {ranged:.0f} samples in the active step; {per_launch:.0f} per launch unranged")
+    assert 0.4 * per_launch < ranged < 2.5 * per_launch  # one launch's samples, not nine
+
+
 def test_kernel_filter_and_period(cuda_runs):
     tree, meta = cuda_runs["filtered"]
     pc = meta["pc"]

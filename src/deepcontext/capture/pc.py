@@ -286,7 +286,7 @@ def finish(core: Any) -> dict[str, Any] | None:
         "reasons": len(got["reasons"]), "pcs": len(got["records"]),
         "total_samples": got["total_samples"], "dropped_samples": got["dropped_samples"],
         "non_user_samples": got["non_user_samples"],
-        "paused_records": got["ignored_records"],
+        "paused_records": got["ignored_records"], "ranges": got.get("ranges", 0),
         "samples_exact": counts["exact"], "samples_split": counts["split"],
         "samples_unmatched": counts["unmatched"], "samples_filtered": counts["filtered"],
         "unmatched_kernels": [n[:120] for n in unmatched[:5]],
