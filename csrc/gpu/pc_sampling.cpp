@@ -340,7 +340,7 @@ void enable_on(CUcontext ctx, ContextState& c) {
   }
   c.enabled = true;
   c.ranged = ranged;
-  if (ranged) set_range(ctx, c, dc::is_enabled());
+  if (ranged && dc::is_enabled()) set_range(ctx, c, true);  // else at the first launch after resume
 }
 
 }  // namespace
