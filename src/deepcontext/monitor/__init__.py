@@ -332,7 +332,14 @@ def snapshot_tree(metadata: dict[str, Any]) -> Any:
 def metadata() -> dict[str, Any]:
     core = _core()
     notes = list(_state["notes"]) + [n for n in core.notes().splitlines() if n]
-    if "gpu" in (_state.get("context") or ()) and (unused := gpu.unused_note(core)):
+    layer = _state.get("jax")
+    jax_gpu = layer is not None and layer.stats["gpu_executions"] > 0
+    if jax_gpu:  # the JAX profiler traced the GPU: the GPU layer's own state says nothing
+        notes = [n for n in notes if not n.startswith("GPU capture off: another CUPTI client")]
+        if not any(n.startswith("GPU capture handed to the JAX profiler") for n in notes):
+            notes.append("GPU capture by the JAX profiler (it held CUPTI before the GPU layer "
+                         "could): kernels show under their JAX operators")
+    elif "gpu" in (_state.get("context") or ()) and (unused := gpu.unused_note(core)):
         notes.append(unused)
     meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
     native = _state.get("native")

@@ -73,8 +73,8 @@ class JaxLayer:
         self._paths: dict[int, tuple[Frame, ...]] = {}
         self._patches = Patches()
         self._listener: Any = None
-        self.stats = {"executions": 0, "unlinked": 0, "unresolved": 0, "captures": 0,
-                      "fold_s": 0.0}
+        self.stats = {"executions": 0, "gpu_executions": 0, "unlinked": 0, "unresolved": 0,
+                      "captures": 0, "fold_s": 0.0}
         self.trace_me: Any = None
         self.current_node = core.current_node
         #: ``observer(op_name, node, frames below the node)`` for each executed operator
@@ -331,6 +331,8 @@ class JaxLayer:
                 self._counted.pop(next(iter(self._counted)))
             charges[(node, head)]["op.count"] += 1
         gpu = ex.device == "gpu"
+        if gpu:
+            self.stats["gpu_executions"] += 1
         for op_name, op_path, leaf_path, share in entries:
             if op_path >= 0:
                 charges[(node, op_path)]["op.count"] += 1
