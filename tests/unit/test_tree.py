@@ -84,6 +84,28 @@ def test_a_name_at_the_255_byte_limit_round_trips(tmp_path):
     assert len(back) == len(t) and back.total("cpu.time") == 1.5
 
 
+def test_a_descriptor_closed_under_a_write_writes_again(tmp_path, monkeypatch):
+    # daemonizing code's os.closerange() can close the writer's descriptor mid-write (seen
+    # under ASan, where writes are slow): the write starts again, whole, and nothing is lost
+    import os
+
+    from deepcontext.tree import profile_file
+
+    real_write, closed = os.write, []
+
+    def write(fd, data):
+        if not closed and fd >= 512:  # the writer's (moved high), not pytest's own
+            closed.append(fd)
+            os.close(fd)  # what closerange(3, 4096) does to it
+        return real_write(fd, data)
+
+    monkeypatch.setattr(profile_file.os, "write", write)
+    path = tmp_path / "p.dcprof"
+    save(literal_tree(), path)
+    assert closed and load(path).total("op.time") == 5.0
+    assert not list(tmp_path.glob(".*.partial"))
+
+
 def test_save_refuses_existing_file(tmp_path):
     path = tmp_path / "p.dcprof"
     save(literal_tree(), path)

@@ -81,6 +81,10 @@ def _probe(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+#: Whole writes tried when the program closes the writer's descriptor mid-write (EBADF).
+_WRITE_ATTEMPTS = 3
+
+
 class ProfileWriter:
     """Owns one output file; each ``write`` replaces it whole, atomically.
 
@@ -153,20 +157,28 @@ class ProfileWriter:
         self._replace_file()
 
     def _replace_file(self) -> None:
-        """The in-memory database becomes the file: written whole beside it, then renamed over it."""
-        try:
-            if hasattr(self._db, "serialize"):  # Python 3.11+
-                self._write_partial(self._db.serialize())
-            else:  # 3.10: SQLite writes the copy itself, its descriptors open only meanwhile
-                copy = sqlite3.connect(str(self._partial))
-                try:
-                    self._db.backup(copy)
-                finally:
-                    copy.close()
-            os.replace(self._partial, self.path)
-        except BaseException:
-            self._partial.unlink(missing_ok=True)
-            raise
+        """The in-memory database becomes the file: written whole beside it, then renamed over
+        it. A program that closes every descriptor while a write is under way (daemonizing
+        code's closerange) closes the one being written: the write starts again, whole."""
+        for attempt in range(_WRITE_ATTEMPTS):
+            try:
+                if hasattr(self._db, "serialize"):  # Python 3.11+
+                    self._write_partial(self._db.serialize())
+                else:  # 3.10: SQLite writes the copy itself, its descriptors open only meanwhile
+                    copy = sqlite3.connect(str(self._partial))
+                    try:
+                        self._db.backup(copy)
+                    finally:
+                        copy.close()
+                os.replace(self._partial, self.path)
+                return
+            except OSError as e:
+                self._partial.unlink(missing_ok=True)
+                if e.errno != errno.EBADF or attempt == _WRITE_ATTEMPTS - 1:
+                    raise
+            except BaseException:
+                self._partial.unlink(missing_ok=True)
+                raise
 
     def _write_partial(self, data: bytes) -> None:
         fd = _high_descriptor(os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -178,7 +190,11 @@ class ProfileWriter:
             os.fsync(fd)  # on disk before the rename: after a machine crash the name never
             # points at data that was still only in the page cache
         finally:
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError as e:  # closed under us (see _replace_file): the write's error says it
+                if e.errno != errno.EBADF:
+                    raise
 
     def close(self) -> None:
         self._db.close()
