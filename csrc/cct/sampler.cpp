@@ -236,6 +236,10 @@ void drain(ThreadState* s) {
     else
       node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
                       smp.op_py_node, smp.op_frame, nullptr);
+    // A Python thread caught with no frame (interpreter start-up and teardown, between the
+    // bytecodes of nothing): a marker, since time on the root itself is no context at all and
+    // the exporters, whose stacks start below the root, would drop it.
+    if (node == 0) node = t.child(0, t.named_frame(Kind::Marker, "<no Python frame>"));
     t.add(node, m_cpu_time, smp.weight * interval);
     for (int c = 0; c < smp.n_counters && c < nc; ++c)
       t.add(node, g_counter_metrics[c], static_cast<double>(smp.counters[c]));
