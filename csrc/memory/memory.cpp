@@ -40,7 +40,7 @@ struct Device {
   std::vector<NodeMem> nodes;  // by context node id, grown on demand
   std::vector<std::pair<int64_t, int64_t>> saved;  // (alloc bytes, count) at a checkpoint
 
-  NodeMem& at(uint32_t node) {
+  [[gnu::always_inline]] NodeMem& at(uint32_t node) {
     if (node >= nodes.size()) grow(node);
     NodeMem& m = nodes[node];
     if (m.stamp != gen) {  // first change since the latest peak: remember the value at it
@@ -72,13 +72,19 @@ struct Device {
 // briefly, then yields its core (the holder may have been preempted).
 class SpinLock {
  public:
-  void lock() {
-    while (busy_.exchange(true, std::memory_order_acquire))
-      for (int i = 0; busy_.load(std::memory_order_relaxed); ++i) i < 64 ? relax() : yield();
+  // (Inlined into the event's path, which the compiler would otherwise call out to; the wait
+  // is out of line.)
+  [[gnu::always_inline]] void lock() {
+    if (busy_.exchange(true, std::memory_order_acquire)) wait();
   }
-  void unlock() { busy_.store(false, std::memory_order_release); }
+  [[gnu::always_inline]] void unlock() { busy_.store(false, std::memory_order_release); }
 
  private:
+  [[gnu::noinline]] void wait() {
+    do {
+      for (int i = 0; busy_.load(std::memory_order_relaxed); ++i) i < 64 ? relax() : yield();
+    } while (busy_.exchange(true, std::memory_order_acquire));
+  }
   static void relax() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -104,7 +110,7 @@ uint32_t m_seg_alloc_count, m_seg_alloc_bytes, m_seg_free_count, m_seg_free_byte
 // parent thread that does not exist in the child.
 void off_in_child() { g_active.store(false); }
 
-void forget(const LiveEntry& e) {
+[[gnu::always_inline]] inline void forget(const LiveEntry& e) {
   Device& d = g_dev[e.slot];
   NodeMem& m = d.at(e.node);
   m.live -= static_cast<int64_t>(e.bytes);
