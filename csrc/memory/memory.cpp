@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 
 #include "../cct/capture.h"
 #include "deepcontext/c_api.h"
@@ -78,6 +77,11 @@ class SpinLock {
     if (busy_.exchange(true, std::memory_order_acquire)) wait();
   }
   [[gnu::always_inline]] void unlock() { busy_.store(false, std::memory_order_release); }
+  struct Held {  // (std::lock_guard's constructor was not inlined)
+    [[gnu::always_inline]] explicit Held(SpinLock& l) : l(l) { l.lock(); }
+    [[gnu::always_inline]] ~Held() { l.unlock(); }
+    SpinLock& l;
+  };
 
  private:
   [[gnu::noinline]] void wait() {
@@ -132,7 +136,7 @@ void start() {
   m_seg_free_bytes = metric_id("mem.segment.free.bytes");
   m_retries = metric_id("mem.alloc.retries");
   m_ooms = metric_id("mem.oom.count");
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   if (g_table == nullptr) {
     g_table = new LiveTable();
     pthread_atfork(nullptr, nullptr, off_in_child);
@@ -154,7 +158,7 @@ void stop() { g_active.store(false); }
 bool active() { return g_active.load(std::memory_order_relaxed); }
 
 void reset_metrics() {
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
     for (NodeMem& m : d.nodes) {
@@ -170,7 +174,7 @@ void reset_metrics() {
 
 // Schedules (capture.h): a warm-up's allocations are discarded, earlier active cycles' kept.
 void checkpoint_metrics() {
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
     d.saved.resize(d.nodes.size());
@@ -180,7 +184,7 @@ void checkpoint_metrics() {
 }
 
 void rollback_metrics() {
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
     for (size_t n = 0; n < d.nodes.size(); ++n) {
@@ -198,7 +202,7 @@ void rollback_metrics() {
 
 int device_slot(const char* name, bool allocator_totals) {
   {
-    std::lock_guard<SpinLock> g(g_mu);
+    SpinLock::Held g(g_mu);
     for (int i = 0; i < g_n_dev; ++i)
       if (g_dev[i].name == name) return i;
     if (g_n_dev == kMaxDevices) return -1;
@@ -207,7 +211,7 @@ int device_slot(const char* name, bool allocator_totals) {
   const std::string n = name;
   uint32_t metric = metric_id(("mem." + n + ".peak.bytes").c_str());
   uint32_t untracked = child_node(0, DC_KIND_MARKER, ("untracked memory " + n).c_str(), "");
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i)
     if (g_dev[i].name == n) return i;
   if (g_n_dev == kMaxDevices) return -1;
@@ -225,7 +229,7 @@ void event(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated) {
     return;
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   if (bytes < 0) {
-    std::lock_guard<SpinLock> g(g_mu);
+    SpinLock::Held g(g_mu);
     Device& d = g_dev[slot];
     LiveEntry e;
     if (g_table->take(p, &e)) {
@@ -239,7 +243,7 @@ void event(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated) {
   // A pause records nothing new; the frees above keep the table true meanwhile.
   if (!is_enabled()) return;
   const uint32_t node = current_node();  // takes the tree lock: before ours
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   Device& d = g_dev[slot];
   LiveEntry old;
   if (g_table->put(LiveEntry{p, static_cast<uint64_t>(bytes), node, static_cast<uint32_t>(slot)},
@@ -280,7 +284,7 @@ void allocator_event(int action, int slot, uint64_t bytes) {
 }
 
 void export_metrics(std::vector<std::tuple<uint32_t, uint32_t, double>>& rows) {
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   if (g_table == nullptr) return;
   for (int i = 0; i < g_n_dev; ++i) {
     const Device& d = g_dev[i];
@@ -307,7 +311,7 @@ void export_metrics(std::vector<std::tuple<uint32_t, uint32_t, double>>& rows) {
 }
 
 Footprint footprint() {
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   Footprint f{};
   if (g_table != nullptr) {
     f.live_allocations = g_table->size();
@@ -320,7 +324,7 @@ Footprint footprint() {
 }
 
 std::vector<std::string> device_names() {
-  std::lock_guard<SpinLock> g(g_mu);
+  SpinLock::Held g(g_mu);
   std::vector<std::string> out;
   for (int i = 0; i < g_n_dev; ++i) out.push_back(g_dev[i].name);
   return out;
