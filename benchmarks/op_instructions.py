@@ -12,6 +12,10 @@ on the main thread (other threads, whose work callgrind's slowdown stretches, ar
     python benchmarks/op_instructions.py                    # off, op, python,op
     python benchmarks/op_instructions.py --mode python,op,native --steps 3
     python benchmarks/op_instructions.py --lines --mode python,op --off 25439132
+    python benchmarks/op_instructions.py --micro --mode python,op --mode python,op,memory
+
+A mode with the memory layer also gives its allocations in those steps, and the inclusive cost
+of our allocation reporter and of torch's CPU size table around it (torch New / Delete).
 """
 
 from __future__ import annotations
@@ -86,6 +90,11 @@ FUNCS = {  # inclusive cost of these, per op event
     # the core's share (named only in a build that keeps its symbols: see --help)
     "core op_enter": r"dc::op_enter\(char",
     "core op_exit": r"dc::op_exit\(unsigned",
+    # the memory layer: our reporter (all of it, the core's share included), and torch's CPU
+    # allocator bookkeeping around it (its size table, then our reporter)
+    "memory reporter": r"MemoryReporter::reportMemoryUsage\(void",
+    "torch New": r"c10::ProfiledCPUMemoryReporter::New\(",
+    "torch Delete": r"c10::ProfiledCPUMemoryReporter::Delete\(",
 }
 
 
@@ -119,7 +128,9 @@ def run(mode: str, steps: int, tmp: Path) -> dict:
         res[label] = int(m.group(1).replace(",", "")) if m else 0
     if mode != "off":
         import deepcontext
-        res["ops"] = deepcontext.load(out).total("op.count") * steps / (steps + 2)
+        prof = deepcontext.load(out)
+        res["ops"] = prof.total("op.count") * steps / (steps + 2)
+        res["allocs"] = prof.total("mem.alloc.count") * steps / (steps + 2)
     return res
 
 
@@ -149,10 +160,11 @@ def main() -> int:
         for mode in modes:
             r = run(mode, args.steps, tmp)
             per = (r["total"] - off["total"]) / r["ops"]
-            parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS)
+            parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS if r[k])
+            allocs = f", {r['allocs']:.0f} allocations" if r["allocs"] else ""
             print(f"{mode}: +{(r['total'] / off['total'] - 1) * 100:.1f}% main-thread instructions, "
-                  f"{r['ops']:.0f} op events, +{per:.0f} instructions per op ({parts}; other "
-                  f"threads {r['threads'] / r['ops']:.0f} per op)")
+                  f"{r['ops']:.0f} op events{allocs}, +{per:.0f} instructions per op ({parts}; "
+                  f"other threads {r['threads'] / r['ops']:.0f} per op)")
     return 0
 
 

@@ -154,16 +154,25 @@ uint64_t dc_code_fingerprint(void* code_v, int checked) {
 
 void* dc_this_thread_state(void) { return (void*)PyGILState_GetThisThreadState(); }
 
-static int walk(void* tstate_v, dc_raw_frame* out, int max, int checked);
+/* Inlined into each entry point, so that dc_python_frame's copy keeps only what finds the frame
+ * (the other fields it fills are dead there). */
+static inline __attribute__((always_inline)) int walk(void* tstate_v, dc_raw_frame* out, int max,
+                                                      int checked);
 
 int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) { return walk(tstate_v, out, max, 0); }
+
+const void* dc_python_frame(void* tstate_v) {
+  dc_raw_frame f;
+  return walk(tstate_v, &f, 1, 0) > 0 ? f.frame : NULL;
+}
 
 int dc_walk_python_checked(void* tstate_v, dc_raw_frame* out, int max) {
   return walk(tstate_v, out, max, 1);
 }
 
 /* checked: every frame and code object is probed with readable() before it is dereferenced. */
-static int walk(void* tstate_v, dc_raw_frame* out, int max, int checked) {
+static inline __attribute__((always_inline)) int walk(void* tstate_v, dc_raw_frame* out, int max,
+                                                      int checked) {
   PyThreadState* ts = (PyThreadState*)tstate_v;
   int n = 0;
   if (ts == NULL) return 0;

@@ -23,6 +23,9 @@ typedef struct dc_raw_frame {
 // Fills `out` innermost first; returns the count (at most `max`). Safe without the GIL for the
 // calling thread, including from a signal handler: it only reads.
 int dc_walk_python(void* tstate, dc_raw_frame* out, int max);
+// The innermost frame dc_walk_python would give (its `frame`), or NULL: a few loads where the
+// caller only asks whether Python ran since it last looked (an allocation inside an operator).
+const void* dc_python_frame(void* tstate);
 
 // Copies the file, qualified name and line of a code object that is alive (its frame is on the
 // calling thread's stack) into the buffers, NUL-terminated and truncated. Pure reads: no GIL,

@@ -63,6 +63,14 @@ struct Describer {
 // The node of the Python path `buf` (innermost first, no open op) from the thread's caches alone
 // (its last path and ThreadState::py_children), without the tree lock; false: not all cached.
 bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node);
+// How many frames of `buf` (innermost first, n frames) are newer than the open op's own frame
+// `op_frame` (null: every frame; 0 when it is not among them: the op itself is the context).
+int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame);
+// The node of Python frames buf[k-1 .. 0] (outer to inner, all newer than the open op) under
+// op node `op_node` from ThreadState::py_children alone, without the tree lock; false: not all
+// memoized yet (node_for memoizes them, for live frames with the owner's cache).
+bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, int k,
+                     uint32_t* node);
 // The context node for Python frames `buf` (innermost first), under the innermost open op when
 // `has_op`. Sets *py_node to the innermost Python node of that context. `cache`: the owner's
 // prefix cache, or null.

@@ -16,6 +16,19 @@ uint32_t intern_under(TreeWriter& t, const Describer& d, uint32_t base, const dc
   return node;
 }
 
+// The same for live frames, memoized in the owner's ThreadState::py_children (cached_under_op).
+uint32_t intern_under_memoized(TreeWriter& t, ThreadState* s, uint32_t base,
+                               const dc_raw_frame* buf, int from) {
+  uint32_t node = base;
+  for (int i = from - 1; i >= 0; --i) {
+    const uint64_t key = python_key(buf[i], dc_code_fingerprint(buf[i].code, 0));
+    const uint32_t parent = node;
+    node = t.child(parent, t.python_frame(buf[i], true, nullptr, key));
+    s->py_children.put(parent, key, node);
+  }
+  return node;
+}
+
 // A full Python path from the root, reusing the longest common prefix with the last one.
 uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc_raw_frame* buf, int n) {
   uint32_t node = 0;
@@ -61,6 +74,26 @@ bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t
   return true;
 }
 
+int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame) {
+  if (op_frame == nullptr) return n;
+  int k = 0;
+  while (k < n && buf[k].frame != op_frame) ++k;
+  // Its frame is gone (a scope entered in a frame that has returned, as record_function's
+  // __enter__): attach to the op itself.
+  return k == n ? 0 : k;
+}
+
+bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, int k,
+                     uint32_t* node) {
+  uint32_t n = op_node;
+  for (int i = k - 1; i >= 0; --i) {
+    n = s->py_children.find(n, python_key(buf[i], dc_code_fingerprint(buf[i].code, 0)));
+    if (n == ChildCache::kNone) return false;
+  }
+  *node = n;
+  return true;
+}
+
 // The context node for Python frames `buf` (innermost first) with `top` the innermost open op.
 // Sets *py_node to the innermost Python node of that context.
 uint32_t node_for(TreeWriter& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
@@ -71,18 +104,14 @@ uint32_t node_for(TreeWriter& t, const Describer& d, ThreadState* cache, const d
     if (py_node) *py_node = node;
     return node;
   }
-  int k = 0;  // frames newer than the op's own frame
-  if (op_frame == nullptr) {
-    k = n;
-  } else {
-    while (k < n && buf[k].frame != op_frame) ++k;
-    if (k == n) k = 0;  // its frame is gone (should not happen): attach to the op itself
-  }
+  const int k = frames_above_op(buf, n, op_frame);
   if (k == 0) {
     if (py_node) *py_node = op_py_node;
     return op_node;
   }
-  uint32_t node = intern_under(t, d, op_node, buf, k);
+  uint32_t node = cache != nullptr && d.sample == nullptr
+                      ? intern_under_memoized(t, cache, op_node, buf, k)
+                      : intern_under(t, d, op_node, buf, k);
   if (py_node) *py_node = node;
   return node;
 }

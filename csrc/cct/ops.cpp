@@ -434,17 +434,9 @@ void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer) {
   if (g_observer) g_observer(name, 0, node);
 }
 
-uint32_t current_node() {
-  ThreadState* s = registry::self();
-  int d = s->depth.load(std::memory_order_relaxed);
-  // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
-  // op, the common case): the op's own node, without the tree lock or a full walk.
-  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending &&
-      s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
-    dc_raw_frame inner[1];
-    int k = g_opts.python ? dc_walk_python(dc_this_thread_state(), inner, 1) : 0;
-    if ((k > 0 ? inner[0].frame : nullptr) == s->ops[d - 1].py_frame) return s->ops[d - 1].node;
-  }
+namespace {
+// current_node's walk, out of line: its buffers (~16 KiB of stack) cost the fast path nothing.
+[[gnu::noinline]] uint32_t current_node_walked(ThreadState* s, int d) {
   dc_raw_frame buf[kMaxPyDepth];
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
   uintptr_t ips[kMaxNative];
@@ -468,6 +460,36 @@ uint32_t current_node() {
   if (top != nullptr)
     return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame, nullptr);
   return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
+}
+// Python ran inside the open op `top` (an allocation in a record_function scope, such as the
+// optimizer's step): what node_for gives, from the thread's memo when every frame newer than
+// the op's own is there (no tree lock), and with no lookup at all when the op's frame is gone
+// (a scope entered in a frame that has returned: the optimizer's step opens in __enter__).
+[[gnu::noinline]] uint32_t under_op(ThreadState* s, const OpEntry& top, void* py_state) {
+  dc_raw_frame buf[kMaxPyDepth];
+  const int n = py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
+  const int k = frames_above_op(buf, n, top.py_frame);
+  uint32_t node;
+  if (k == 0) return top.node;
+  if (cached_under_op(s, top.node, buf, k, &node)) return node;
+  TreeWriter t(tree());
+  return node_for(t, Describer{}, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);
+}
+}  // namespace
+
+uint32_t current_node() {
+  ThreadState* s = registry::self();
+  int d = s->depth.load(std::memory_order_relaxed);
+  // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
+  // op, the common case): the op's own node, without the tree lock or a full walk.
+  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending &&
+      s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
+    const OpEntry& top = s->ops[d - 1];
+    void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
+    if ((py_state ? dc_python_frame(py_state) : nullptr) == top.py_frame) return top.node;
+    return under_op(s, top, py_state);
+  }
+  return current_node_walked(s, d);
 }
 
 void set_op_observer(OpObserver obs) { g_observer = obs; }

@@ -1,10 +1,10 @@
 #include "memory.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 
 #include "../cct/capture.h"
 #include "deepcontext/c_api.h"
@@ -39,8 +39,8 @@ struct Device {
   std::vector<NodeMem> nodes;  // by context node id, grown on demand
   std::vector<std::pair<int64_t, int64_t>> saved;  // (alloc bytes, count) at a checkpoint
 
-  NodeMem& at(uint32_t node) {
-    if (node >= nodes.size()) nodes.resize(node + 1 + node / 2);
+  [[gnu::always_inline]] NodeMem& at(uint32_t node) {
+    if (node >= nodes.size()) grow(node);
     NodeMem& m = nodes[node];
     if (m.stamp != gen) {  // first change since the latest peak: remember the value at it
       m.at_peak = m.live;
@@ -54,6 +54,8 @@ struct Device {
     return totals ? std::max(static_cast<int64_t>(reported), tracked) : tracked;
   }
   int64_t value_at_peak(const NodeMem& m) const { return m.stamp == gen ? m.at_peak : m.live; }
+  // Out of line: the event's path stays a compare and an index.
+  [[gnu::noinline]] void grow(uint32_t node) { nodes.resize(node + 1 + node / 2); }
   void new_peak(int64_t total, NodeMem& m) {
     peak_total = total;
     ++gen;
@@ -63,7 +65,42 @@ struct Device {
   }
 };
 
-std::mutex g_mu;  // guards everything below; never held while taking the tree lock
+// Guards everything below; held for a few dozen instructions per event, never while taking the
+// tree lock or any other. A spin lock: an uncontended std::mutex costs ~64 instructions an event
+// (pthread's lock and unlock through the PLT), this one an exchange and a store. A waiter spins
+// briefly, then yields its core (the holder may have been preempted).
+class SpinLock {
+ public:
+  // (Inlined into the event's path, which the compiler would otherwise call out to; the wait
+  // is out of line.)
+  [[gnu::always_inline]] void lock() {
+    if (busy_.exchange(true, std::memory_order_acquire)) wait();
+  }
+  [[gnu::always_inline]] void unlock() { busy_.store(false, std::memory_order_release); }
+  struct Held {  // (std::lock_guard's constructor was not inlined)
+    [[gnu::always_inline]] explicit Held(SpinLock& l) : l(l) { l.lock(); }
+    [[gnu::always_inline]] ~Held() { l.unlock(); }
+    SpinLock& l;
+  };
+
+ private:
+  [[gnu::noinline]] void wait() {
+    do {
+      for (int i = 0; busy_.load(std::memory_order_relaxed); ++i) i < 64 ? relax() : yield();
+    } while (busy_.exchange(true, std::memory_order_acquire));
+  }
+  static void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+  static void yield() { sched_yield(); }
+  std::atomic<bool> busy_{false};
+};
+
+SpinLock g_mu;
 std::atomic<bool> g_active{false};
 LiveTable* g_table = nullptr;  // never destroyed: frees may be reported during exit
 Device g_dev[kMaxDevices];
@@ -77,7 +114,7 @@ uint32_t m_seg_alloc_count, m_seg_alloc_bytes, m_seg_free_count, m_seg_free_byte
 // parent thread that does not exist in the child.
 void off_in_child() { g_active.store(false); }
 
-void forget(const LiveEntry& e) {
+[[gnu::always_inline]] inline void forget(const LiveEntry& e) {
   Device& d = g_dev[e.slot];
   NodeMem& m = d.at(e.node);
   m.live -= static_cast<int64_t>(e.bytes);
@@ -99,7 +136,7 @@ void start() {
   m_seg_free_bytes = metric_id("mem.segment.free.bytes");
   m_retries = metric_id("mem.alloc.retries");
   m_ooms = metric_id("mem.oom.count");
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   if (g_table == nullptr) {
     g_table = new LiveTable();
     pthread_atfork(nullptr, nullptr, off_in_child);
@@ -121,7 +158,7 @@ void stop() { g_active.store(false); }
 bool active() { return g_active.load(std::memory_order_relaxed); }
 
 void reset_metrics() {
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
     for (NodeMem& m : d.nodes) {
@@ -137,7 +174,7 @@ void reset_metrics() {
 
 // Schedules (capture.h): a warm-up's allocations are discarded, earlier active cycles' kept.
 void checkpoint_metrics() {
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
     d.saved.resize(d.nodes.size());
@@ -147,7 +184,7 @@ void checkpoint_metrics() {
 }
 
 void rollback_metrics() {
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i) {
     Device& d = g_dev[i];
     for (size_t n = 0; n < d.nodes.size(); ++n) {
@@ -165,7 +202,7 @@ void rollback_metrics() {
 
 int device_slot(const char* name, bool allocator_totals) {
   {
-    std::lock_guard<std::mutex> g(g_mu);
+    SpinLock::Held g(g_mu);
     for (int i = 0; i < g_n_dev; ++i)
       if (g_dev[i].name == name) return i;
     if (g_n_dev == kMaxDevices) return -1;
@@ -174,7 +211,7 @@ int device_slot(const char* name, bool allocator_totals) {
   const std::string n = name;
   uint32_t metric = metric_id(("mem." + n + ".peak.bytes").c_str());
   uint32_t untracked = child_node(0, DC_KIND_MARKER, ("untracked memory " + n).c_str(), "");
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   for (int i = 0; i < g_n_dev; ++i)
     if (g_dev[i].name == n) return i;
   if (g_n_dev == kMaxDevices) return -1;
@@ -192,7 +229,7 @@ void event(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated) {
     return;
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   if (bytes < 0) {
-    std::lock_guard<std::mutex> g(g_mu);
+    SpinLock::Held g(g_mu);
     Device& d = g_dev[slot];
     LiveEntry e;
     if (g_table->take(p, &e)) {
@@ -206,7 +243,7 @@ void event(const void* ptr, int64_t bytes, int slot, uint64_t total_allocated) {
   // A pause records nothing new; the frees above keep the table true meanwhile.
   if (!is_enabled()) return;
   const uint32_t node = current_node();  // takes the tree lock: before ours
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   Device& d = g_dev[slot];
   LiveEntry old;
   if (g_table->put(LiveEntry{p, static_cast<uint64_t>(bytes), node, static_cast<uint32_t>(slot)},
@@ -247,7 +284,7 @@ void allocator_event(int action, int slot, uint64_t bytes) {
 }
 
 void export_metrics(std::vector<std::tuple<uint32_t, uint32_t, double>>& rows) {
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   if (g_table == nullptr) return;
   for (int i = 0; i < g_n_dev; ++i) {
     const Device& d = g_dev[i];
@@ -274,7 +311,7 @@ void export_metrics(std::vector<std::tuple<uint32_t, uint32_t, double>>& rows) {
 }
 
 Footprint footprint() {
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   Footprint f{};
   if (g_table != nullptr) {
     f.live_allocations = g_table->size();
@@ -287,7 +324,7 @@ Footprint footprint() {
 }
 
 std::vector<std::string> device_names() {
-  std::lock_guard<std::mutex> g(g_mu);
+  SpinLock::Held g(g_mu);
   std::vector<std::string> out;
   for (int i = 0; i < g_n_dev; ++i) out.push_back(g_dev[i].name);
   return out;

@@ -170,17 +170,24 @@ constexpr int kTypes = static_cast<int>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE
 constexpr int kIndices = 16;
 std::atomic<int> g_slots[kTypes][kIndices + 1];  // +1: index -1 (the CPU); 0: not asked yet
 
+// A device's first event while the layer is on: its slot from the core (-1 while it is off, and
+// nothing registered). Out of line, so that every other event's path saves no registers for it.
+[[gnu::noinline]] int register_device(c10::Device device, std::atomic<int>& cached) {
+  if (!g_api->mem_active()) return -1;
+  std::string name = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
+  if (device.index() >= 0 && !device.is_cpu()) name += std::to_string(device.index());
+  const int s = g_api->mem_device(name.c_str(), device.is_cpu() ? 0 : 1);
+  cached.store(s + 1, std::memory_order_relaxed);
+  return s;
+}
+
 int device_slot(c10::Device device) {
   const int type = static_cast<int>(device.type());
   const int index = device.index() + 1;
   if (type < 0 || type >= kTypes || index < 0 || index > kIndices) return -1;
-  int s = g_slots[type][index].load(std::memory_order_relaxed);
-  if (s != 0) return s - 1;
-  std::string name = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
-  if (device.index() >= 0 && !device.is_cpu()) name += std::to_string(device.index());
-  s = g_api->mem_device(name.c_str(), device.is_cpu() ? 0 : 1);
-  g_slots[type][index].store(s + 1, std::memory_order_relaxed);
-  return s;
+  std::atomic<int>& cached = g_slots[type][index];
+  const int s = cached.load(std::memory_order_relaxed);
+  return s != 0 ? s - 1 : register_device(device, cached);
 }
 
 class MemoryReporter final : public prof::ProfilerStateBase {
@@ -189,8 +196,8 @@ class MemoryReporter final : public prof::ProfilerStateBase {
 
   void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated, size_t,
                          c10::Device device) override {
-    if (g_api == nullptr || !g_api->mem_active()) return;
-    g_api->mem_event(ptr, alloc_size, device_slot(device), total_allocated);
+    // (mem_event checks that the layer is on; device_slot registers nothing while it is off)
+    if (g_api != nullptr) g_api->mem_event(ptr, alloc_size, device_slot(device), total_allocated);
   }
   // Out-of-memory errors reach the core through the CUDA allocator's trace (cuda_trace.cpp).
   void reportOutOfMemory(int64_t, size_t, size_t, c10::Device) override {}

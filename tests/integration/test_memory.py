@@ -186,3 +186,27 @@ def test_schedule_wait_records_nothing_and_warmup_is_discarded(tmp_path):
     assert at("ACTIVE", "mem.peak.bytes") == 400
     assert at("WARMUP", "mem.peak.bytes") == 0
     assert tree.total("mem.cpu.peak.bytes") == 1400
+
+
+def test_python_running_inside_an_operator_allocates_at_its_own_lines(tmp_path):
+    # Allocations with no operator of their own (torch.UntypedStorage) while Python runs inside
+    # an open operator: under that operator at the Python line (a Python kernel of a custom op;
+    # the second and third calls come from the thread's memo), or on the operator itself when
+    # the frame it opened in has returned (record_function's scope opens in __enter__).
+    program = "memory_in_python_under_op.py"
+    proc, out = record(tmp_path, program, options=CONTEXT)
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    (kernel,) = python_nodes(tree, program, line_of(program, "KERNEL"))
+    assert tree.nodes[kernel].metrics["mem.alloc.bytes"] == 3 * 500
+    assert tree.nodes[kernel].metrics["mem.alloc.count"] == 3
+    op = tree.nodes[kernel]
+    while op.frame.kind != "op":  # (through torch's custom-op frames)
+        op = tree.nodes[op.parent]
+    assert op.frame.name == "dc_test::python_kernel"
+    (call,) = python_nodes(tree, program, line_of(program, "CALL"))
+    assert kernel in subtree_ids(tree, call) and op.id in subtree_ids(tree, call)
+    (scope,) = [n.id for n in tree.nodes if n.frame.kind == "op" and n.frame.name == "dc_test_scope"]
+    assert tree.nodes[scope].metrics["mem.alloc.bytes"] == 3 * 300
+    assert tree.nodes[scope].metrics["mem.alloc.count"] == 3
+    assert _inclusive(tree, scope, "mem.alloc.bytes") == 3 * 300
