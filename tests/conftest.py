@@ -1,14 +1,7 @@
 import shutil
-import signal
 import subprocess
 
 import pytest
-
-# A suite started in the background of a non-interactive shell (`cmd &`) inherits SIGINT
-# ignored, and so would every program the tests interrupt with it: the Ctrl-C tests would see
-# programs that never stop. They test what Ctrl-C does, so SIGINT gets its default back.
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _has_gpu() -> bool:
