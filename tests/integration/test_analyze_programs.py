@@ -126,7 +126,7 @@ def test_library_chain_names_the_lever(profiles):
 def test_per_row_loop_is_told_to_vectorize(profiles):
     (f,) = warnings(findings(profiles["per_sample_loss", "before"]))
     assert f["evidence"]["iterations_per_call"] == 256.0  # the batch's rows
-    assert f["evidence"]["body_runs"] == 256 * 12  # 12 steps
+    assert f["evidence"]["body_runs"] == 256 * 48  # 48 steps (per_sample_loss.py)
     assert "vectorize over that dimension" in f["suggestion"]
     fusion = [g for g in findings(profiles["per_sample_loss", "before"])
               if g["rule"] == "kernel-fusion"]
