@@ -16,16 +16,20 @@ uint32_t intern_under(TreeWriter& t, const Describer& d, uint32_t base, const dc
   return node;
 }
 
-// The same for live frames, memoized in the owner's ThreadState::py_children (cached_under_op).
+// A live frame's node under `parent`, memoized in the owner's ThreadState::py_children
+// (what cached_python_node and cached_under_op look up).
+uint32_t live_child(TreeWriter& t, ThreadState* s, uint32_t parent, const dc_raw_frame& f) {
+  const uint64_t key = python_key(f, dc_code_fingerprint(f.code, 0));
+  const uint32_t node = t.child(parent, t.python_frame(f, true, nullptr, key));
+  s->py_children.put(parent, key, node);
+  return node;
+}
+
+// intern_under for live frames, memoized.
 uint32_t intern_under_memoized(TreeWriter& t, ThreadState* s, uint32_t base,
                                const dc_raw_frame* buf, int from) {
   uint32_t node = base;
-  for (int i = from - 1; i >= 0; --i) {
-    const uint64_t key = python_key(buf[i], dc_code_fingerprint(buf[i].code, 0));
-    const uint32_t parent = node;
-    node = t.child(parent, t.python_frame(buf[i], true, nullptr, key));
-    s->py_children.put(parent, key, node);
-  }
+  for (int i = from - 1; i >= 0; --i) node = live_child(t, s, node, buf[i]);
   return node;
 }
 
@@ -39,10 +43,7 @@ uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc
   for (int i = common; i < n; ++i) {
     const dc_raw_frame& f = buf[n - 1 - i];
     if (d.sample == nullptr) {  // live frames: memoized for cached_python_node
-      const uint64_t key = python_key(f, dc_code_fingerprint(f.code, 0));
-      const uint32_t parent = node;
-      node = t.child(parent, t.python_frame(f, true, nullptr, key));
-      s->py_children.put(parent, key, node);
+      node = live_child(t, s, node, f);
     } else {
       node = t.child(node, d.frame(t, buf, n - 1 - i));
     }
