@@ -3,6 +3,7 @@ callback costs a launch-bound workload, installed, disabled (``at::disableCallba
 removed. Compiles a tiny extension (~20 s, once). CPU time per step, median of round-robin repeats.
 
     python benchmarks/rf_floor.py [--workload tiny_mlp] [--repeats 7] [--threads 1]
+    python benchmarks/rf_floor.py --workload gpt2_train --device cuda   # a model_zoo.py model
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import statistics
 import time
 
+import model_zoo
 import torch
 import workloads
 from torch.utils import cpp_extension
@@ -45,36 +47,55 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="for model_zoo.py models (cpu: --small sizes)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     rf = cpp_extension.load_inline("dc_rf_floor", cpp_sources=SOURCE, extra_cflags=["-O2"])
-    step = workloads.build(args.workload, "cpu")
-    for _ in range(30):
+    if args.workload in model_zoo.MODELS:
+        builder, block = model_zoo.MODELS[args.workload]
+        model_step = builder(args.device, args.device == "cpu")
+
+        step = model_step
+        args.steps = min(args.steps, 3 * block)
+    else:
+        step = workloads.build(args.workload, "cpu")
+    for _ in range(30 if args.workload not in model_zoo.MODELS else 5):
         step()
 
-    def cpu_ms() -> float:
-        c = time.process_time()
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    walls: dict[str, list[float]] = {}
+
+    def cpu_ms(name: str) -> float:
+        # The main thread's CPU time (a GPU step's queue waits spin in the block's final sync,
+        # so that is left out); wall time beside it, for GPU steps.
+        sync()
+        c, w = time.thread_time(), time.perf_counter()
         for _ in range(args.steps):
             step()
-        return (time.process_time() - c) / args.steps * 1e3
+        cpu = time.thread_time() - c
+        sync()
+        walls.setdefault(name, []).append((time.perf_counter() - w) / args.steps * 1e3)
+        return cpu / args.steps * 1e3
 
     res: dict[str, list[float]] = {k: [] for k in ("none", "empty", "empty+ids", "disabled", "removed")}
     for _ in range(args.repeats):
-        res["none"].append(cpu_ms())
+        res["none"].append(cpu_ms("none"))
         rf.add(False)
-        res["empty"].append(cpu_ms())
+        res["empty"].append(cpu_ms("empty"))
         rf.remove()
         rf.add(True)
-        res["empty+ids"].append(cpu_ms())
+        res["empty+ids"].append(cpu_ms("empty+ids"))
         rf.disable()
-        res["disabled"].append(cpu_ms())
+        res["disabled"].append(cpu_ms("disabled"))
         rf.enable()
         rf.remove()
-        res["removed"].append(cpu_ms())
+        res["removed"].append(cpu_ms("removed"))
     base = statistics.median(res["none"])
+    wbase = statistics.median(walls["none"])
     for name, values in res.items():
-        med = statistics.median(values)
-        print(f"{args.workload} {name:10s} {med:.3f} CPU ms/step  x{med / base:.3f}")
+        med, wall = statistics.median(values), statistics.median(walls[name])
+        print(f"{args.workload} {name:10s} {med:.3f} CPU ms/step  x{med / base:.3f}   "
+              f"wall {wall:.3f} ms/step  x{wall / wbase:.3f}")
 
 
 if __name__ == "__main__":

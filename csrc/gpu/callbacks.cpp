@@ -243,9 +243,14 @@ void init_metrics() {
   m_free_count = dc::metric_id("mem.cudafree.count");
 }
 
+// Diagnostic (DEEPCONTEXT_GPU_DIAG, see gpu_diag()): "empty-callbacks" keeps the subscription
+// and the enabled callbacks but does nothing in them, to measure what CUPTI's dispatch of a
+// callback costs a launch apart from the work done here.
+bool g_empty_callbacks = false;
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data) {
-  if (data == nullptr) return;
+  if (data == nullptr || g_empty_callbacks) return;
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
     on_api(0, cbid, static_cast<const CUpti_CallbackData*>(data));
   } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
@@ -267,8 +272,15 @@ bool skip_launch_domain(int d, uint8_t cls) {
   return (d == 0 && std::strcmp(only, "driver") == 0) || (d == 1 && std::strcmp(only, "runtime") == 0);
 }
 
+const char* gpu_diag() {
+  static const char* v = std::getenv("DEEPCONTEXT_GPU_DIAG");
+  return v != nullptr ? v : "";
+}
+
 CUptiResult enable_callbacks(CUpti_SubscriberHandle sub) {
   CuptiApi& api = cupti();
+  g_empty_callbacks = std::strcmp(gpu_diag(), "empty-callbacks") == 0;
+  if (std::strcmp(gpu_diag(), "no-callbacks") == 0) return CUPTI_SUCCESS;
   const CUpti_CallbackDomain domains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
   for (int d = 0; d < 2; ++d) {
     for (uint32_t cbid = 1; cbid < kMaxCbid; ++cbid) {

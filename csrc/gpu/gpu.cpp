@@ -2,6 +2,7 @@
 // callbacks and activity kinds, flush with a bounded wait, and unsubscribe at stop so another
 // CUPTI client (torch.profiler, Nsight) can start afterwards.
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "../cct/capture.h"
@@ -128,8 +129,10 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
   r = api.cuptiActivityRegisterCallbacks(gpu::on_buffer_requested, gpu::on_buffer_completed);
   if (r != CUPTI_SUCCESS && !g_registered_once) return fail("cuptiActivityRegisterCallbacks", r);
   g_registered_once = true;
+  // Diagnostic (DEEPCONTEXT_GPU_DIAG=no-activity): callbacks without activity records.
+  const bool records = std::strcmp(gpu::gpu_diag(), "no-activity") != 0;
   for (CUpti_ActivityKind k : gpu::activity_kinds())
-    if ((r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
+    if (records && (r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
   g_active = true;
   return "";
 }

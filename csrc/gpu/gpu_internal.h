@@ -169,6 +169,9 @@ extern std::atomic<uint32_t> g_generation;  // bumped at each start: stale per-t
 
 // Callback layer (callbacks.cpp): classify API ids, enable them on `sub`.
 CUptiResult enable_callbacks(CUpti_SubscriberHandle sub);
+// DEEPCONTEXT_GPU_DIAG: "" (normal), "no-callbacks", "empty-callbacks" or "no-activity"; a
+// measuring aid for the launch path's cost (benchmarks/launch_breakdown.py), never a user setting.
+const char* gpu_diag();
 void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data);
 void init_metrics();
