@@ -41,8 +41,8 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
 // worker running the collective the issuing thread enqueued. Its node, its nested operators
 // and its thread's samples go under `issuer`; closed by op_exit(handle) like any operator.
 void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer);
-// seq_consumed: 1 if an autograd node took the op's sequence number during the op, 0 if not,
-// -1 if the caller cannot tell (then the number was recorded at entry).
+// seq_consumed: how many sequence numbers autograd nodes took while the op ran (from the op's
+// own), 0 if none, -1 if the caller cannot tell (then the number was recorded at entry).
 void op_exit(uint64_t handle, int seq_consumed = -1);
 // Opens a non-operator scope (frame kind `kind`, e.g. DC_KIND_MODULE) on the operator stack,
 // closed by op_exit(handle): later ops and samples nest under it. `skip_py` innermost Python

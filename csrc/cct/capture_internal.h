@@ -39,7 +39,7 @@ uint32_t thread_node(const char* name);
 // op_tally.cpp: folds s's operator tally (OpTally) into the tree (the registry's drain lock held).
 void fold_op_tallies(ThreadState* s);
 // An exit of `node` counted in the calling thread's tally; false when it has no room (op_tally.cpp).
-bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node);
+bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, int created_nodes);
 
 // sampler_thread.cpp: the native sampler thread (drains, polls workers, scans, reaps).
 void start_sampler_thread();

@@ -9,7 +9,7 @@
 namespace dc::detail {
 
 // Counts an exit of `node` in the thread's tally (OpTally); false when the tally is full.
-bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node) {
+bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, int created_nodes) {
   // (a thread the registry could not map has a state no drain sees)
   if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return false;
   OpTally* t = s->tally;
@@ -42,7 +42,7 @@ bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, bool created_node
     __atomic_store_n(&sl->first_ns, sl->first_ns + own_ns, __ATOMIC_RELAXED);
   }
   __atomic_store_n(&sl->ns, sl->ns + own_ns, __ATOMIC_RELAXED);
-  if (created_node) __atomic_store_n(&sl->autograd, sl->autograd + 1, __ATOMIC_RELAXED);
+  if (created_nodes > 0) __atomic_store_n(&sl->autograd, sl->autograd + created_nodes, __ATOMIC_RELAXED);
   __atomic_store_n(&sl->count, sl->count + 1, __ATOMIC_RELEASE);
   return true;
 }

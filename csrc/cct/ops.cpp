@@ -144,6 +144,11 @@ void remember_forward(int64_t seq_nr, uint64_t rf_tid, uint32_t py_node) {
   slot.seq.store(seq_nr, std::memory_order_release);
 }
 
+// Whether some op has recorded sequence number seq_nr (its slot holds it).
+bool forward_recorded(int64_t seq_nr) {
+  return g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots].seq.load(std::memory_order_relaxed) == seq_nr;
+}
+
 // The forward Python context recorded for (forward thread, sequence number), or 0.
 uint32_t forward_context(int64_t seq_nr, uint64_t fwd_tid) {
   const SeqSlot& slot = g_seq[static_cast<uint64_t>(seq_nr) % kSeqSlots];
@@ -346,15 +351,19 @@ void op_exit(uint64_t handle, int seq_consumed) {
   // Entered in an earlier session (or recording paused since): charged nothing.
   if (!g_enabled.load(std::memory_order_relaxed) || e.epoch != g_epoch.load(std::memory_order_relaxed))
     return;
-  const bool created_node = seq_consumed == 1 && e.fwd_seq >= 0;
-  if (created_node) remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
+  // An op that hides its nested calls (torch_hook.cpp) consumed the numbers of every node they
+  // created: each maps to its line, unless a nested op recorded its own (nested mode).
+  const int created = e.fwd_seq >= 0 && seq_consumed > 0 ? std::min(seq_consumed, 64) : 0;
+  if (created > 0) remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
+  for (int k = 1; k < created; ++k)
+    if (!forward_recorded(e.fwd_seq + k)) remember_forward(e.fwd_seq + k, e.rf_tid, e.py_node);
   {
     Lookup lk(s);
     if (e.pending) resolve_pending(lk, e, -1, 0);
     const int64_t own = elapsed - e.child_ns;
-    if (!tally_exit(s, e.node, own, created_node)) {  // the thread's tally is full
+    if (!tally_exit(s, e.node, own, created)) {  // the thread's tally is full
       TreeWriter& t = lk.writer();
-      if (created_node) t.add(e.node, m_autograd_nodes, 1.0);
+      if (created > 0) t.add(e.node, m_autograd_nodes, created);
       if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own * 1e-9);
       t.add(e.node, m_op_time, own * 1e-9);
       t.add(e.node, m_op_count, 1.0);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace dc::hooks {
 namespace {
@@ -116,6 +117,33 @@ bool write_slot(const dl_phdr_info* obj, void** slot, void* value) {
   __atomic_store_n(slot, value, __ATOMIC_RELEASE);
   mprotect(start, page, PROT_READ);
   return true;
+}
+
+namespace {
+struct Rebind {
+  const char* symbol;
+  void* replacement;
+  const void* keep_in;
+  int slots;
+};
+
+void rebind_slot(void* ctx, const dl_phdr_info* obj, const char* symbol, void** slot, Binding) {
+  auto* r = static_cast<Rebind*>(ctx);
+  if (std::strcmp(symbol, r->symbol) != 0) return;
+  if (*slot == r->replacement || write_slot(obj, slot, r->replacement)) ++r->slots;
+}
+}  // namespace
+
+int rebind_everywhere(const char* symbol, void* replacement, const void* keep_in) {
+  Rebind r{symbol, replacement, keep_in, 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info* obj, size_t, void* ctx) {
+        auto* rb = static_cast<Rebind*>(ctx);
+        if (!in_object(obj, rb->keep_in)) for_each_binding(obj, rebind_slot, rb);
+        return 0;
+      },
+      &r);
+  return r.slots;
 }
 
 }  // namespace dc::hooks

@@ -20,4 +20,9 @@ bool in_object(const dl_phdr_info* obj, const void* addr);
 // page cannot be made writable.
 bool write_slot(const dl_phdr_info* obj, void** slot, void* value);
 
+// Points every loaded object's binding of `symbol` (a mangled name) at `replacement`, except in
+// the object that contains `keep_in` (the caller's own, whose calls must reach the original);
+// returns how many slots now point there. Objects loaded later keep the original.
+int rebind_everywhere(const char* symbol, void* replacement, const void* keep_in);
+
 }  // namespace dc::hooks

@@ -14,6 +14,9 @@
 #include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/extension.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -27,6 +30,37 @@ namespace {
 const dc_api* g_api = nullptr;
 bool g_installed = false;
 at::CallbackHandle g_handle = 0, g_scope_handle = 0;
+
+// -- nested operators (docs/design.md, "Which operators") ---------------------------------------
+// An operator's own calls (aten::linear -> aten::t, aten::addmm) are 70% of a training step's
+// operator events, and RecordFunction costs each about 1,000 instructions before our callback
+// runs. By default only the operators that Python (or an autograd node) calls are recorded:
+// while one runs, the dispatcher's query for the callbacks of a FUNCTION-scope call finds none
+// when ours would be the only one, so its nested calls take the dispatcher's fast path. The
+// query is rebound in every loaded library's GOT (the dispatcher's inline code calls it through
+// the PLT). Kernels, samples and allocations inside land on the outer operator.
+bool g_nested = true;            // record every operator (the `nested` context layer)
+thread_local uint64_t t_hiding;  // RecordFunction handle of the operator hiding its calls (0: none)
+
+using StepQuery = std::optional<at::StepCallbacks> (*)(at::RecordScope);
+StepQuery g_query = nullptr;     // torch's own getStepCallbacksUnlessEmpty
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn);
+
+std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
+  std::optional<at::StepCallbacks> cbs = g_query(scope);
+  if (t_hiding != 0 && cbs && scope == at::RecordScope::FUNCTION && cbs->callbacks_.size() == 1 &&
+      cbs->callbacks_[0].start_ == &on_enter)
+    return std::nullopt;  // another profiler's callbacks (torch.profiler) still see every call
+  return cbs;
+}
+
+// Operators whose calls the analyzer reads: a layout op copied only if it called aten::copy_.
+bool shows_its_calls(const char* name) {
+  if (std::strncmp(name, "aten::", 6) != 0) return true;  // custom ops, c10d: their parts too
+  const char* n = name + 6;
+  return std::strcmp(n, "contiguous") == 0 || std::strcmp(n, "reshape") == 0 ||
+         std::strcmp(n, "clone") == 0 || std::strcmp(n, "flatten") == 0;
+}
 
 void enter_op(const at::RecordFunction& fn) {
   // name() may point into a temporary (backward names): the core copies it.
@@ -103,6 +137,9 @@ void enter_backend_scope(const at::RecordFunction& fn, const Issuer* issuer) {
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (!g_api->enabled()) return nullptr;
   enter_op(fn);
+  if (!g_nested && t_hiding == 0 && fn.scope() == at::RecordScope::FUNCTION &&
+      !shows_its_calls(fn.name()))
+    t_hiding = fn.handle();
   if (!is_process_group_op(fn.name())) return nullptr;
   auto scope = std::make_unique<IssuerScope>();
   scope->guard.emplace(g_issuer_kind,
@@ -124,21 +161,36 @@ std::unique_ptr<at::ObserverContext> on_enter_scope(const at::RecordFunction& fn
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (t_hiding == fn.handle()) t_hiding = 0;
   if (ctx != nullptr) static_cast<IssuerScope*>(ctx)->guard.reset();
   // An op only peeks at the next sequence number; the one that creates the autograd node
   // consumes it, and that is the forward line its backward belongs to.
-  int64_t seq = fn.seqNr();
-  int consumed = seq >= 0 && static_cast<int64_t>(at::sequence_number::peek()) > seq ? 1 : 0;
+  // With its nested calls hidden, every node they created is the op's.
+  const int64_t seq = fn.seqNr();
+  const int64_t taken = seq >= 0 ? static_cast<int64_t>(at::sequence_number::peek()) - seq : 0;
+  const int consumed = static_cast<int>(std::clamp<int64_t>(taken, 0, 1 << 20));
   g_api->op_exit(fn.handle(), consumed);
+}
+
+// Rebinds the dispatcher's query (above) in the libraries loaded now; returns how many
+// bindings point at ours (0: nested calls stay recorded, e.g. a torch linked with -Bsymbolic).
+int rebind_query() {
+  if (g_query == nullptr) g_query = &at::getStepCallbacksUnlessEmpty;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(g_query), &info) == 0 || info.dli_sname == nullptr) return 0;
+  return g_api->rebind(info.dli_sname, reinterpret_cast<void*>(&query_unless_hidden),
+                       reinterpret_cast<void*>(&rebind_query));
 }
 
 // Installed once per process and never removed (removing a global callback is only safe when no
 // other code runs); between sessions it is disabled, so unprofiled code pays nothing for it.
-void install(py::capsule capsule) {
+// nested: record the operators that operators call too. Returns the rebound bindings' count.
+int install(py::capsule capsule, bool nested) {
   if (g_installed) {
+    g_nested = nested;
     at::reenableCallback(g_handle);
     at::reenableCallback(g_scope_handle);
-    return;
+    return nested ? 0 : rebind_query();
   }
   auto* api = static_cast<const dc_api*>(capsule.get_pointer());
   if (api == nullptr || api->version != DC_API_VERSION)
@@ -158,6 +210,8 @@ void install(py::capsule capsule) {
                                   .needsIds(true)
                                   .scopes({at::RecordScope::USER_SCOPE}));
   g_installed = true;
+  g_nested = nested;
+  return nested ? 0 : rebind_query();
 }
 
 // -- memory layer (docs/memory.md) --------------------------------------------------------------
@@ -245,7 +299,9 @@ void uninstall() {
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("install", &install, "Install (or re-enable) the global RecordFunction callback.");
+  m.def("install", &install, py::arg("capsule"), py::arg("nested") = false,
+        "Install (or re-enable) the global RecordFunction callback; returns the number of "
+        "dispatcher bindings rebound to hide nested operators (0 with nested=True).");
   m.def("uninstall", &uninstall, "Disable the callback until the next install().");
   m.def("memory_attach", &memory_attach,
         "Report the calling thread's allocations to the memory layer (False: slot taken).");

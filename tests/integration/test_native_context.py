@@ -21,7 +21,8 @@ def kinds_between(tree, top, bottom):
 @pytest.fixture(scope="module")
 def linear_native(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("native")
-    proc, out = record(tmp, "linear_train.py", "3", options=("--context", "python,op,native"))
+    proc, out = record(tmp, "linear_train.py", "3",
+                       options=("--context", "python,op,nested,native"))
     assert proc.returncode == 0, proc.stderr
     return loaded(out)
 

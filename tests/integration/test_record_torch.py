@@ -19,14 +19,29 @@ def linear_profile(tmp_path_factory):
     return loaded(out)
 
 
-def test_forward_line_has_linear_then_addmm_with_exact_count(linear_profile):
-    tree = linear_profile
+def _forward_linear(tree):
     fwd = python_nodes(tree, PROG, line_of(PROG, "FORWARD"))
     assert len(fwd) == 1, "the model(x) line is one context"
     linears = [n for n in subtree_ids(tree, fwd[0])
                if tree.nodes[n].frame.kind == "op" and tree.nodes[n].frame.name == "aten::linear"]
     assert len(linears) == 1
-    (linear,) = linears
+    return linears[0]
+
+
+def test_forward_line_has_linear_with_exact_count_and_its_calls_hidden(linear_profile):
+    tree = linear_profile
+    linear = _forward_linear(tree)
+    assert tree.exclusive(linear, "op.count") == 5
+    assert tree.exclusive(linear, "op.time") > 0
+    # by default the operators aten::linear calls (aten::t, aten::addmm) are not recorded
+    assert [tree.nodes[c].frame.name for c in tree.nodes[linear].children] == []
+
+
+def test_nested_layer_shows_linear_then_addmm_with_exact_count(tmp_path):
+    proc, out = record(tmp_path, PROG, "5", options=("--context", "python,op,nested"))
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    linear = _forward_linear(tree)
     assert tree.exclusive(linear, "op.count") == 5
     (addmm,) = children_named(tree, linear, "op", "aten::addmm")
     assert tree.exclusive(addmm, "op.count") == 5

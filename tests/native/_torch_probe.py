@@ -21,7 +21,7 @@ def on_op(event) -> None:
 
 
 def main() -> None:
-    monitor.init(context=("python", "op"), sample_interval=0)
+    monitor.init(context=("python", "op", "nested"), sample_interval=0)  # every operator
     monitor.register("torch.op", on_op)
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     x, w = torch.randn(1, 3, 16, 16), torch.randn(4, 3, 3, 3)

@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 4
+#define DC_API_VERSION 5
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -21,8 +21,9 @@ typedef struct dc_api {
    * is_backward marks autograd's BACKWARD_FUNCTION scope, fwd_tid the forward thread. */
   void (*op_enter)(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
                    uint64_t fwd_tid, int is_backward);
-  /* seq_consumed: 1 if an autograd node took the op's sequence number while it ran (the op
-   * created the node its backward will name), 0 if not, -1 if unknown. */
+  /* seq_consumed: how many sequence numbers autograd nodes took while the op ran, starting
+   * from the op's own (the op created the nodes their backward will name), 0 if none, -1 if
+   * unknown. */
   void (*op_exit)(uint64_t handle, int seq_consumed);
   /* Whether capture is on (plug-ins skip work when it is not). */
   int (*enabled)(void);
@@ -53,6 +54,10 @@ typedef struct dc_api {
    * backend's worker running a collective that thread enqueued): nested under `issuer`, closed
    * by op_exit(handle). */
   void (*op_enter_linked)(const char* name, uint64_t handle, uint32_t issuer);
+
+  /* Points every loaded object's binding of the mangled `symbol` at `replacement`, except in
+   * the object containing `keep_in`; returns the number of slots that point there. */
+  int (*rebind)(const char* symbol, void* replacement, const void* keep_in);
 } dc_api;
 
 enum dc_mem_action {

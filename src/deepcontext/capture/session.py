@@ -24,7 +24,7 @@ from .hooks import HookSpec, hooks_from_config
 from .schedule import ACTIVE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
-CONTEXT_LAYERS = ("python", "module", "op", "native", "gpu", "memory", "jax", "pc")
+CONTEXT_LAYERS = ("python", "module", "op", "nested", "native", "gpu", "memory", "jax", "pc")
 # The module layer is opt-in: on third-party models it cost 1.2-1.4x more than python,op,gpu on
 # the H200 (benchmarks/results/h200-2026-12-01-models-merged.md), above the overhead targets.
 DEFAULT_CONTEXT = ("python", "op", "gpu", "jax")
@@ -41,6 +41,9 @@ def parse_context(spec: str | Iterable[str] | None) -> tuple[str, ...]:
         raise DeepContextError(f"unknown context layer {bad[0]!r}; choose from {','.join(CONTEXT_LAYERS)}")
     if not items:
         raise DeepContextError("--context needs at least one layer")
+    if "nested" in items and "op" not in items:
+        raise DeepContextError("the nested layer records operators called by operators: it "
+                               "needs the op layer (e.g. --context python,op,nested,gpu)")
     if "module" in items and "native" in items:
         # The native splice pairs the C stack with Python frames from the root; an open module
         # scope would hide that pairing, and the ops under it would lose their native frames.

@@ -249,12 +249,17 @@ class _CompiledTier:
         self.module.uninstall()
 
 
-def enable(torch: Any, say: Callable[[str], None]) -> tuple[str, Any]:
-    """Turn the operator layer on; returns (tier name, handle to close or None)."""
+def enable(torch: Any, say: Callable[[str], None], nested: bool = False,
+           note: Callable[[str], None] = lambda _: None) -> tuple[str, Any]:
+    """Turn the operator layer on; returns (tier name, handle to close or None). ``nested``:
+    record the operators that operators call too (by default only those Python calls)."""
     if os.environ.get("DEEPCONTEXT_TORCH_TIER") != "dispatch":
         try:
             module = compiled_hook(torch, say)
-            module.install(core.c_api)
+            rebound = module.install(core.c_api, nested)
+            if not nested and rebound == 0:
+                note("operator layer: operators called by operators are recorded too (the "
+                     "dispatcher's callback query could not be rebound in this torch)")
             return "record_function", _CompiledTier(module)
         except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
             say(f"deepcontext: could not build the PyTorch operator hook ({_reason(e)}); "

@@ -152,7 +152,7 @@ def _enable_torch(torch: Any) -> None:
         return
     from ..capture import torch_ops
 
-    tier, handle = torch_ops.enable(torch, _say)
+    tier, handle = torch_ops.enable(torch, _say, nested="nested" in _state["context"], note=note)
     _state["torch_tier"] = tier
     _state["tier_handle"] = handle
     _state["torch_version"] = str(torch.__version__)
