@@ -262,14 +262,17 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
 }
 
-// Diagnostic (DEEPCONTEXT_LAUNCH_DOMAINS=runtime|driver): subscribe to kernel launches in one
-// API domain only, to measure what the nested second callback costs and whether activity
-// records still correlate. Unset: both domains (the default, as documented in docs/gpu.md).
+// Kernel launches are followed in the driver domain only: a runtime launch (cudaLaunchKernel)
+// nests a driver launch, whose correlation id the kernel's record carries, and Triton, XLA and
+// CUDA graphs' kernels launch through the driver directly. A second, runtime-domain callback per
+// launch would cost time and add nothing. DEEPCONTEXT_LAUNCH_DOMAINS=both|runtime (a measuring
+// aid) subscribes to runtime launches too, or to them alone.
 bool skip_launch_domain(int d, uint8_t cls) {
   if (cls != kLaunch) return false;
   static const char* only = std::getenv("DEEPCONTEXT_LAUNCH_DOMAINS");
-  if (only == nullptr || *only == 0) return false;
-  return (d == 0 && std::strcmp(only, "driver") == 0) || (d == 1 && std::strcmp(only, "runtime") == 0);
+  const bool both = only != nullptr && std::strcmp(only, "both") == 0;
+  const bool runtime = only != nullptr && std::strcmp(only, "runtime") == 0;
+  return both ? false : runtime ? d == 1 : d == 0;
 }
 
 const char* gpu_diag() {
