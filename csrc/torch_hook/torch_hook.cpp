@@ -39,8 +39,12 @@ at::CallbackHandle g_handle = 0, g_scope_handle = 0;
 // when ours would be the only one, so its nested calls take the dispatcher's fast path. The
 // query is rebound in every loaded library's GOT (the dispatcher's inline code calls it through
 // the PLT). Kernels, samples and allocations inside land on the outer operator.
+// Python that runs inside an operator (a TorchDispatchMode, a tensor subclass: the dispatcher
+// opens a "PythonDispatchMode" or "PythonSubclass" scope for it) calls operators the way a
+// program does, so those scopes show what they call while they run.
 bool g_nested = true;            // record every operator (the `nested` context layer)
 thread_local uint64_t t_hiding;  // RecordFunction handle of the operator hiding its calls (0: none)
+thread_local uint64_t t_showing, t_shown_hider;  // the scope showing calls, the hider it paused
 
 using StepQuery = std::optional<at::StepCallbacks> (*)(at::RecordScope);
 StepQuery g_query = nullptr;     // torch's own getStepCallbacksUnlessEmpty
@@ -137,9 +141,15 @@ void enter_backend_scope(const at::RecordFunction& fn, const Issuer* issuer) {
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (!g_api->enabled()) return nullptr;
   enter_op(fn);
-  if (!g_nested && t_hiding == 0 && fn.scope() == at::RecordScope::FUNCTION &&
-      !shows_its_calls(fn.name()))
-    t_hiding = fn.handle();
+  if (!g_nested && fn.scope() == at::RecordScope::FUNCTION) {
+    if (!shows_its_calls(fn.name())) {
+      if (t_hiding == 0) t_hiding = fn.handle();
+    } else if (t_hiding != 0 && std::strncmp(fn.name(), "Python", 6) == 0) {
+      t_showing = fn.handle();  // (a second level overwrites the first: it then hides less)
+      t_shown_hider = t_hiding;
+      t_hiding = 0;
+    }
+  }
   if (!is_process_group_op(fn.name())) return nullptr;
   auto scope = std::make_unique<IssuerScope>();
   scope->guard.emplace(g_issuer_kind,
@@ -161,7 +171,12 @@ std::unique_ptr<at::ObserverContext> on_enter_scope(const at::RecordFunction& fn
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-  if (t_hiding == fn.handle()) t_hiding = 0;
+  if (t_hiding == fn.handle()) {
+    t_hiding = 0;
+  } else if (t_showing == fn.handle()) {
+    t_hiding = t_shown_hider;
+    t_showing = 0;
+  }
   if (ctx != nullptr) static_cast<IssuerScope*>(ctx)->guard.reset();
   // An op only peeks at the next sequence number; the one that creates the autograd node
   // consumes it, and that is the forward line its backward belongs to.
