@@ -96,9 +96,10 @@ class AnalysisContext:
         return self.tree.inclusive_all(metric)
 
     def host_time(self, node: int) -> float:
-        """Steady-state host seconds spent in a context: sampled CPU time or measured operator
-        wall time, whichever is larger (sampling misses short contexts; op time misses Python
-        time), less the one-time work inside it: CUDA set-up (``gpu.init``), torch.compile's
+        """Steady-state host seconds spent in a context: for an operator its measured wall time;
+        for other contexts sampled CPU time or measured operator wall time, whichever is larger
+        (sampling misses short contexts; op time misses Python time), less the one-time work
+        inside it: CUDA set-up (``gpu.init``), torch.compile's
         compilation (``compile.host`` sampled, ``compile.time`` wall: it can run inside an
         operator when the backward compiles lazily), other set-up and autotuning contexts, and
         each operator context's first call (``op.first_time``, when the capture records it:
@@ -118,7 +119,13 @@ class AnalysisContext:
                     and not (node.frame.kind == MARKER and node.frame.name == "compile")):
                 setup[i] = max(cpu[i], ops[i])  # the outermost set-up frame holds it all
             setup[node.parent] += setup[i]
-        return [max(0.0, max(cpu[i] - comp_cpu[i], ops[i] - first[i] - comp_wall[i])
+        # An operator's own wall time is measured exactly; its CPU samples estimate the same
+        # time from a few ticks of the sampler (10 ms each), so one tick inside a 10 us operator
+        # called 48 times would read as 200 us a call. Lines (Python time between operators is
+        # sampled only) keep the larger of the two.
+        timed_op = [n.frame.kind == OP and ops[n.id] > 0 for n in self.tree.nodes]
+        return [max(0.0, (ops[i] - first[i] - comp_wall[i] if timed_op[i] else
+                          max(cpu[i] - comp_cpu[i], ops[i] - first[i] - comp_wall[i]))
                     - init[i] - setup[i]) for i in range(len(self.tree.nodes))]
 
     def runs(self, node: int) -> float:
