@@ -104,7 +104,11 @@ def test_repeated_native_contexts_keep_their_lines_apart(tmp_path, context):
 def test_profile_says_which_unwinder_ran(tmp_path):
     from deepcontext import _core
 
-    proc, out = record(tmp_path, "native_memo.py", options=("--context", "python,op,native"))
+    # Operator events only: a CPU sample that lands while the interpreter is between frames can
+    # leave its native stack unpaired (1 in 10-20 runs of this program on a loaded machine,
+    # with or without the nested layer), and is counted there; operator events never are.
+    proc, out = record(tmp_path, "native_memo.py",
+                       options=("--context", "python,op,native", "--sample-interval", "0"))
     assert proc.returncode == 0, proc.stderr
     meta = loaded(out).metadata
     assert meta["native"]["unwinder"] == _core.native_info()["unwinder"]
