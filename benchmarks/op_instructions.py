@@ -13,6 +13,7 @@ on the main thread (other threads, whose work callgrind's slowdown stretches, ar
     python benchmarks/op_instructions.py --mode python,op,native --steps 3
     python benchmarks/op_instructions.py --lines --mode python,op --off 25439132
     python benchmarks/op_instructions.py --micro --mode python,op --mode python,op,memory
+    python benchmarks/op_instructions.py --model gpt2_generate --mode op --mode python,op
 
 A mode with the memory layer also gives its allocations in those steps, and the inclusive cost
 of our allocation reporter and of torch's CPU size table around it (torch New / Delete).
@@ -33,7 +34,11 @@ import contextlib, gc, os, sys, tempfile, torch
 torch.manual_seed(0); torch.set_num_threads(1)
 mode, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 workload = os.environ.get("DC_OPI_WORKLOAD", "")
-if workload in ("micro", "lines"):
+if workload.startswith("zoo:"):  # a model_zoo.py model, CPU-sized
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[4])))
+    import model_zoo
+    step, loss = model_zoo.MODELS[workload[4:]][0]("cpu", True), None
+elif workload in ("micro", "lines"):
     import torch.nn.functional as F
     x, w, b = torch.ones(2, 4), torch.ones(4, 4), torch.ones(4)
     if workload == "micro":  # nested ops at Python depth 30, one line
@@ -134,6 +139,15 @@ def run(mode: str, steps: int, tmp: Path) -> dict:
     return res
 
 
+def _zoo_models() -> list[str]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        import model_zoo
+    except ImportError:  # (torch missing: the option lists nothing)
+        return []
+    return list(model_zoo.MODELS)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", action="append", help="context spec, repeatable (default op; python,op)")
@@ -142,6 +156,8 @@ def main() -> int:
                    help="500 F.linear calls from one line at Python depth 30 per step instead of GPT-2")
     p.add_argument("--lines", action="store_true",
                    help="400 distinct lines (torch.add and F.linear) at Python depth 30 per step")
+    p.add_argument("--model", choices=sorted(_zoo_models()),
+                   help="a model_zoo.py model at its CPU size (--small) instead of GPT-2")
     p.add_argument("--keep", metavar="DIR",
                    help="keep the callgrind files there (for callgrind_annotate; a build with "
                         "symbols: pip install . -Ccmake.build-type=RelWithDebInfo)")
@@ -152,6 +168,8 @@ def main() -> int:
     modes = args.mode or ["op", "python,op"]
     if args.micro or args.lines:
         os.environ["DC_OPI_WORKLOAD"] = "micro" if args.micro else "lines"
+    elif args.model:
+        os.environ["DC_OPI_WORKLOAD"] = f"zoo:{args.model}"
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
         tmp = Path(args.keep or d)
         tmp.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,7 @@ int api_mem_device(const char* name, int totals) {
 dc_api g_api = {DC_API_VERSION, api_op_enter, dc::op_exit, api_enabled, dc::current_node,
                 dc::child_node,  dc::metric_id,  dc::add_metric, api_note,
                 api_mem_active, api_mem_device, dc::memory::event, dc::memory::allocator_event,
-                dc::op_enter_linked, dc::hooks::rebind_everywhere};
+                dc::op_enter_linked, dc::hooks::rebind_everywhere, dc::hooks::count_bindings};
 
 using NodeRow = std::tuple<uint32_t, uint32_t>;
 using FrameRow = std::tuple<std::string, std::string, std::string, int, std::string>;

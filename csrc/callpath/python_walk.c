@@ -12,6 +12,7 @@
 #include "python_walk.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -125,8 +126,9 @@ static int plausible(const void* p) {
 
 /* A str's identity by content: its cached hash, or when not computed yet (names made at run
  * time are not interned, nor are code objects' filenames) a hash of its length and of its first
- * 8 and last 24 bytes: paths and names differ at their ends, and this runs for every frame an
- * operator event looks up (hashing whole paths was ~250 instructions per GPT-2 operator event).
+ * 8 and last 24 bytes, a word at a time: paths and names differ at their ends, and this runs for
+ * every frame an operator event looks up (hashing whole paths was ~250 instructions per GPT-2
+ * operator event; these bytes one at a time, ~110).
  * `checked`: probed first. */
 static uint64_t str_hash(PyObject* s, int checked) {
   if (s == NULL || !plausible(s)) return 0;
@@ -140,9 +142,18 @@ static uint64_t str_hash(PyObject* s, int checked) {
   const unsigned char* data = (const unsigned char*)PyUnicode_DATA(s);
   size_t n = (size_t)PyUnicode_GET_LENGTH(s) * (size_t)PyUnicode_KIND(s);
   uint64_t f = 0xcbf29ce484222325ull ^ n;
-  size_t head = n < 8 ? n : 8, tail = n - head < 24 ? n - head : 24;
-  for (size_t i = 0; i < head; ++i) f = (f ^ data[i]) * 0x100000001b3ull;
-  for (size_t i = n - tail; i < n; ++i) f = (f ^ data[i]) * 0x100000001b3ull;
+  if (n < 8) {
+    for (size_t i = 0; i < n; ++i) f = (f ^ data[i]) * 0x100000001b3ull;
+    return f;
+  }
+  /* Four 8-byte words: the first, and the last three (overlapping the first in a short str). */
+  const size_t at[4] = {0, n - 8, n >= 16 ? n - 16 : 0, n >= 24 ? n - 24 : 0};
+  for (int k = 0; k < 4; ++k) {
+    uint64_t w;
+    memcpy(&w, data + at[k], 8);
+    f = (f ^ w) * 0x9E3779B97F4A7C15ull;
+    f ^= f >> 29;
+  }
   return f;
 }
 

@@ -124,18 +124,17 @@ struct Rebind {
   const char* symbol;
   void* replacement;
   const void* keep_in;
+  bool write;  // false: only count the slots that point at `replacement`
   int slots;
 };
 
 void rebind_slot(void* ctx, const dl_phdr_info* obj, const char* symbol, void** slot, Binding) {
   auto* r = static_cast<Rebind*>(ctx);
   if (std::strcmp(symbol, r->symbol) != 0) return;
-  if (*slot == r->replacement || write_slot(obj, slot, r->replacement)) ++r->slots;
+  if (*slot == r->replacement || (r->write && write_slot(obj, slot, r->replacement))) ++r->slots;
 }
-}  // namespace
 
-int rebind_everywhere(const char* symbol, void* replacement, const void* keep_in) {
-  Rebind r{symbol, replacement, keep_in, 0};
+int visit_bindings(Rebind r) {
   dl_iterate_phdr(
       [](dl_phdr_info* obj, size_t, void* ctx) {
         auto* rb = static_cast<Rebind*>(ctx);
@@ -144,6 +143,15 @@ int rebind_everywhere(const char* symbol, void* replacement, const void* keep_in
       },
       &r);
   return r.slots;
+}
+}  // namespace
+
+int rebind_everywhere(const char* symbol, void* replacement, const void* keep_in) {
+  return visit_bindings(Rebind{symbol, replacement, keep_in, true, 0});
+}
+
+int count_bindings(const char* symbol, const void* value, const void* keep_in) {
+  return visit_bindings(Rebind{symbol, const_cast<void*>(value), keep_in, false, 0});
 }
 
 }  // namespace dc::hooks

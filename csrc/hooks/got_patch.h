@@ -24,5 +24,7 @@ bool write_slot(const dl_phdr_info* obj, void** slot, void* value);
 // the object that contains `keep_in` (the caller's own, whose calls must reach the original);
 // returns how many slots now point there. Objects loaded later keep the original.
 int rebind_everywhere(const char* symbol, void* replacement, const void* keep_in);
+// How many of those bindings point at `value` now (nothing is written).
+int count_bindings(const char* symbol, const void* value, const void* keep_in);
 
 }  // namespace dc::hooks

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "c_api.h"
 
@@ -46,29 +47,74 @@ bool g_nested = true;            // record every operator (the `nested` context 
 thread_local uint64_t t_hiding;  // RecordFunction handle of the operator hiding its calls (0: none)
 thread_local uint64_t t_showing, t_shown_hider;  // the scope showing calls, the hider it paused
 
+// Whether ours was the only FUNCTION callback at the last query (t_alone), and when the hiding
+// operator was entered (t_hide_alone): while it holds, a nested call's query is answered
+// without asking torch (its copy of the callback list is most of a query's cost).
+thread_local bool t_alone, t_hide_alone;
+
 using StepQuery = std::optional<at::StepCallbacks> (*)(at::RecordScope);
 StepQuery g_query = nullptr;     // torch's own getStepCallbacksUnlessEmpty
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn);
 
 std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
+  if (scope != at::RecordScope::FUNCTION) return g_query(scope);
+  if (t_hiding != 0 && t_hide_alone) return std::nullopt;
   std::optional<at::StepCallbacks> cbs = g_query(scope);
-  if (t_hiding != 0 && cbs && scope == at::RecordScope::FUNCTION && cbs->callbacks_.size() == 1 &&
-      cbs->callbacks_[0].start_ == &on_enter)
+  const bool alone = cbs && cbs->callbacks_.size() == 1 && cbs->callbacks_[0].start_ == &on_enter;
+  if (t_hiding != 0 && alone)
     return std::nullopt;  // another profiler's callbacks (torch.profiler) still see every call
+  t_alone = alone;
   return cbs;
 }
 
-// Operators whose calls the analyzer reads: a layout op copied only if it called aten::copy_.
-bool shows_its_calls(const char* name) {
-  if (std::strncmp(name, "aten::", 6) != 0) return true;  // custom ops, c10d: their parts too
-  const char* n = name + 6;
-  return std::strcmp(n, "contiguous") == 0 || std::strcmp(n, "reshape") == 0 ||
-         std::strcmp(n, "clone") == 0 || std::strcmp(n, "flatten") == 0;
+// -- torch's per-thread callback cache ----------------------------------------------------------
+// Every ThreadLocalStateGuard (the autograd engine's, around each backward node) sets the
+// thread's RecordFunction state, and torch then rebuilds each scope's callback cache from a copy
+// of the global callbacks taken under a mutex: ~1,800 instructions with no callbacks, ~3,400
+// with ours, twice per backward node. The state set is nearly always the one already there, and
+// then the rebuild changes nothing (a change of the global callbacks is caught at the next query
+// anyway); only a sampled callback's countdown would have been drawn again.
+using SetTls = void (*)(const at::RecordFunctionTLS&);
+SetTls g_set_tls = nullptr;      // torch's own set_record_function_tls_
+
+bool same_tls(const at::RecordFunctionTLS& a, const at::RecordFunctionTLS& b) {
+  if (a.tls_record_function_enabled_ != b.tls_record_function_enabled_) return false;
+  const at::RecordFunctionCallbacks& x = a.sorted_tls_callbacks_;
+  const at::RecordFunctionCallbacks& y = b.sorted_tls_callbacks_;
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)  // (a handle names one callback for good)
+    if (x[i].handle_ != y[i].handle_ || x[i].enabled_ != y[i].enabled_) return false;
+  return true;
 }
 
-void enter_op(const at::RecordFunction& fn) {
-  // name() may point into a temporary (backward names): the core copies it.
-  g_api->op_enter(fn.name(), fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
+void set_tls_unless_same(const at::RecordFunctionTLS& tls) {
+  if (!same_tls(at::get_record_function_tls_(), tls)) g_set_tls(tls);
+}
+
+// Operators whose calls the analyzer reads: a layout op copied only if it called aten::copy_.
+// (Runs for every recorded operator: the first letter after "aten::" rules out most names.)
+bool is_aten(const char* n) {  // (stops at a shorter name's NUL)
+  return n[0] == 'a' && n[1] == 't' && n[2] == 'e' && n[3] == 'n' && n[4] == ':' && n[5] == ':';
+}
+
+bool shows_its_calls(const char* name) {
+  if (!is_aten(name)) return true;  // custom ops, c10d: their parts too
+  const char* n = name + 6;
+  switch (n[0]) {
+    case 'c': return std::strcmp(n, "contiguous") == 0 || std::strcmp(n, "clone") == 0;
+    case 'r': return std::strcmp(n, "reshape") == 0;
+    case 'f': return std::strcmp(n, "flatten") == 0;
+    default: return false;
+  }
+}
+
+// name: fn.name(), which may point into a temporary (backward names): the core copies it.
+// The dispatcher's scope around Python that runs inside an operator ("PythonDispatchMode",
+// "PythonSubclass"): what that Python calls is shown.
+bool shows_python(const char* name) { return std::strncmp(name, "Python", 6) == 0; }
+
+void enter_op(const at::RecordFunction& fn, const char* name) {
+  g_api->op_enter(name, fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
                   fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 1 : 0);
 }
 
@@ -135,22 +181,31 @@ void enter_backend_scope(const at::RecordFunction& fn, const Issuer* issuer) {
   if (issuer->thread != at::RecordFunction::currentThreadId())
     g_api->op_enter_linked(fn.name(), fn.handle(), issuer->node);
   else
-    enter_op(fn);  // NCCL: started on the issuing thread, inside its operator
+    enter_op(fn, fn.name());  // NCCL: started on the issuing thread, inside its operator
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (!g_api->enabled()) return nullptr;
-  enter_op(fn);
+  // A hidden call that runs a RecordFunction for another profiler's callbacks: still hidden
+  // here, so the profile does not depend on whether torch.profiler runs beside it.
+  const char* name = fn.name();
+  if (t_hiding != 0 && fn.scope() == at::RecordScope::FUNCTION && !shows_python(name))
+    return nullptr;
+  enter_op(fn, name);
   if (!g_nested && fn.scope() == at::RecordScope::FUNCTION) {
-    if (!shows_its_calls(fn.name())) {
-      if (t_hiding == 0) t_hiding = fn.handle();
-    } else if (t_hiding != 0 && std::strncmp(fn.name(), "Python", 6) == 0) {
+    if (!shows_its_calls(name)) {
+      if (t_hiding == 0) {
+        t_hiding = fn.handle();
+        t_hide_alone = t_alone;  // what this operator's own query found
+        t_alone = false;
+      }
+    } else if (t_hiding != 0 && shows_python(name)) {
       t_showing = fn.handle();  // (a second level overwrites the first: it then hides less)
       t_shown_hider = t_hiding;
       t_hiding = 0;
     }
   }
-  if (!is_process_group_op(fn.name())) return nullptr;
+  if (!is_process_group_op(name)) return nullptr;
   auto scope = std::make_unique<IssuerScope>();
   scope->guard.emplace(g_issuer_kind,
                        std::make_shared<Issuer>(g_api->current_node(), fn.threadId()));
@@ -166,7 +221,7 @@ std::unique_ptr<at::ObserverContext> on_enter_scope(const at::RecordFunction& fn
   if (issuer != nullptr)
     enter_backend_scope(fn, issuer);
   else
-    enter_op(fn);
+    enter_op(fn, fn.name());
   return nullptr;
 }
 
@@ -187,27 +242,57 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   g_api->op_exit(fn.handle(), consumed);
 }
 
-// Rebinds the dispatcher's query (above) in the libraries loaded now; returns how many
-// bindings point at ours (0: nested calls stay recorded, e.g. a torch linked with -Bsymbolic).
-int rebind_query() {
-  if (g_query == nullptr) g_query = &at::getStepCallbacksUnlessEmpty;
+// Points every loaded library's binding of torch's function `fn` at `to` (ours, or torch's own
+// again); returns how many bindings point there (0 for ours: e.g. a torch linked -Bsymbolic).
+int rebind(void* fn, void* to) {
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(g_query), &info) == 0 || info.dli_sname == nullptr) return 0;
-  return g_api->rebind(info.dli_sname, reinterpret_cast<void*>(&query_unless_hidden),
-                       reinterpret_cast<void*>(&rebind_query));
+  if (dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return 0;
+  return g_api->rebind(info.dli_sname, to, reinterpret_cast<void*>(&rebind));
+}
+
+// The replacements above, in the libraries loaded now, for a session; returns the count of the
+// query's bindings rebound (nested: the query stays torch's).
+int rebind_for_session(bool nested) {
+  if (g_query == nullptr) {
+    g_query = &at::getStepCallbacksUnlessEmpty;  // (through our own GOT, which stays torch's)
+    g_set_tls = &at::set_record_function_tls_;
+  }
+  rebind(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(&set_tls_unless_same));
+  return nested ? 0
+                : rebind(reinterpret_cast<void*>(g_query),
+                         reinterpret_cast<void*>(&query_unless_hidden));
+}
+
+// How many bindings of torch's `fn` point at `to` now.
+int bound(void* fn, void* to) {
+  Dl_info info{};
+  if (dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return 0;
+  return g_api->bindings(info.dli_sname, to, reinterpret_cast<void*>(&rebind));
+}
+
+// (query bindings, state-setter bindings) pointing at ours: what a session has rebound.
+std::pair<int, int> rebound() {
+  if (g_query == nullptr) return {0, 0};
+  return {bound(reinterpret_cast<void*>(g_query), reinterpret_cast<void*>(&query_unless_hidden)),
+          bound(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(&set_tls_unless_same))};
+}
+
+// Between sessions torch's own functions are bound again: unprofiled code pays nothing.
+void unbind_after_session() {
+  if (g_query == nullptr) return;
+  rebind(reinterpret_cast<void*>(g_query), reinterpret_cast<void*>(g_query));
+  rebind(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(g_set_tls));
 }
 
 // Installed once per process and never removed (removing a global callback is only safe when no
-// other code runs); between sessions it is disabled. The rebound query stays in place too, so
-// after a session every dispatched call still passes through query_unless_hidden (about 50
-// instructions: a thread-local read beside torch's own query).
+// other code runs); between sessions it is disabled.
 // nested: record the operators that operators call too. Returns the rebound bindings' count.
 int install(py::capsule capsule, bool nested) {
   if (g_installed) {
     g_nested = nested;
     at::reenableCallback(g_handle);
     at::reenableCallback(g_scope_handle);
-    return nested ? 0 : rebind_query();
+    return rebind_for_session(nested);
   }
   auto* api = static_cast<const dc_api*>(capsule.get_pointer());
   if (api == nullptr || api->version != DC_API_VERSION)
@@ -228,7 +313,7 @@ int install(py::capsule capsule, bool nested) {
                                   .scopes({at::RecordScope::USER_SCOPE}));
   g_installed = true;
   g_nested = nested;
-  return nested ? 0 : rebind_query();
+  return rebind_for_session(nested);
 }
 
 // -- memory layer (docs/memory.md) --------------------------------------------------------------
@@ -311,6 +396,7 @@ void memory_detach() {
 
 void uninstall() {
   if (!g_installed) return;
+  unbind_after_session();
   at::disableCallback(g_handle);
   at::disableCallback(g_scope_handle);
 }
@@ -320,6 +406,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Install (or re-enable) the global RecordFunction callback; returns the number of "
         "dispatcher bindings rebound to hide nested operators (0 with nested=True).");
   m.def("uninstall", &uninstall, "Disable the callback until the next install().");
+  m.def("rebound", &rebound,
+        "(dispatcher query, RecordFunction state setter) bindings that point at ours now.");
   m.def("memory_attach", &memory_attach,
         "Report the calling thread's allocations to the memory layer (False: slot taken).");
   m.def("memory_detach", &memory_detach, "Stop reporting the calling thread's allocations.");

@@ -293,3 +293,16 @@ def test_sessions_in_one_process_exit_cleanly(tmp_path: Path) -> None:
         assert len(nodes) == 1
         assert launches(nodes_of(t, nodes[0], "kernel")) == i + 2
         assert t.metadata["gpu"]["kernels"] == t.total("gpu.launches") == i + 2
+
+
+def test_torch_profiler_beside_a_session_sees_the_backward_on_the_device_thread(tmp_path: Path) -> None:
+    # The engine's device thread takes the caller's RecordFunction state (torch.profiler's
+    # callbacks) for each node; the session's state setter skips only a state already there.
+    program = Path(__file__).parents[1] / "integration" / "programs" / "beside_torch_profiler.py"
+    proc = _run([str(program), str(tmp_path / "beside.dcprof"), "cuda"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "session: query rebound True, state setter rebound True",
+        "torch.profiler saw: MmBackward0 aten::linear aten::matmul aten::mm aten::t",
+        "after the session: (0, 0)",
+    ]

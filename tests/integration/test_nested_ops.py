@@ -87,3 +87,22 @@ def test_python_that_runs_inside_an_operator_shows_what_it_calls(default):
     assert mode in tree.path_ids(redispatch)
     adds = [n for n in subtree_ids(tree, redispatch) if tree.nodes[n].frame.name == "aten::add"]
     assert len(adds) == 1 and tree.exclusive(adds[0], "op.count") == STEPS
+
+
+def test_torch_profiler_beside_a_session_sees_every_call_and_the_profile_keeps_its_shape(tmp_path):
+    prog = "beside_torch_profiler.py"
+    out = tmp_path / "beside.dcprof"
+    proc = subprocess.run([sys.executable, str(PROGRAMS / prog), str(out)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "session: query rebound True, state setter rebound True",
+        "torch.profiler saw: MmBackward0 aten::linear aten::matmul aten::mm aten::t",
+        "after the session: (0, 0)",  # torch's own bindings are back: unprofiled code pays nothing
+    ]
+    tree = loaded(out)
+    for marker in ("ALONE", "BESIDE"):  # the nested calls stay hidden from our profile
+        (at,) = python_nodes(tree, prog, line_of(prog, marker))
+        assert ops_under(tree, at) == {"aten::linear": 1, "aten::sum": 1}, marker
+        (linear,) = children_named(tree, at, "op", "aten::linear")
+        assert ops_under(tree, linear) == {}, marker

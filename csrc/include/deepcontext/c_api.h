@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 5
+#define DC_API_VERSION 6
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -58,6 +58,8 @@ typedef struct dc_api {
   /* Points every loaded object's binding of the mangled `symbol` at `replacement`, except in
    * the object containing `keep_in`; returns the number of slots that point there. */
   int (*rebind)(const char* symbol, void* replacement, const void* keep_in);
+  /* How many of those bindings point at `value` now (nothing is written). */
+  int (*bindings)(const char* symbol, const void* value, const void* keep_in);
 } dc_api;
 
 enum dc_mem_action {
