@@ -108,11 +108,11 @@ bool shows_its_calls(const char* name) {
   }
 }
 
-// name: fn.name(), which may point into a temporary (backward names): the core copies it.
 // The dispatcher's scope around Python that runs inside an operator ("PythonDispatchMode",
 // "PythonSubclass"): what that Python calls is shown.
 bool shows_python(const char* name) { return std::strncmp(name, "Python", 6) == 0; }
 
+// name: fn.name(), which may point into a temporary (backward names): the core copies it.
 void enter_op(const at::RecordFunction& fn, const char* name) {
   g_api->op_enter(name, fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
                   fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 1 : 0);
@@ -193,12 +193,10 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     return nullptr;
   enter_op(fn, name);
   if (!g_nested && fn.scope() == at::RecordScope::FUNCTION) {
-    if (!shows_its_calls(name)) {
-      if (t_hiding == 0) {
-        t_hiding = fn.handle();
-        t_hide_alone = t_alone;  // what this operator's own query found
-        t_alone = false;
-      }
+    if (!shows_its_calls(name)) {  // (t_hiding is 0 here: a hidden call returned above)
+      t_hiding = fn.handle();
+      t_hide_alone = t_alone;  // what this operator's own query found
+      t_alone = false;
     } else if (t_hiding != 0 && shows_python(name)) {
       t_showing = fn.handle();  // (a second level overwrites the first: it then hides less)
       t_shown_hider = t_hiding;
@@ -242,12 +240,17 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   g_api->op_exit(fn.handle(), consumed);
 }
 
+// The mangled name of torch's function `fn`, or null.
+const char* symbol_of(void* fn) {
+  Dl_info info{};
+  return dladdr(fn, &info) != 0 ? info.dli_sname : nullptr;
+}
+
 // Points every loaded library's binding of torch's function `fn` at `to` (ours, or torch's own
 // again); returns how many bindings point there (0 for ours: e.g. a torch linked -Bsymbolic).
 int rebind(void* fn, void* to) {
-  Dl_info info{};
-  if (dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return 0;
-  return g_api->rebind(info.dli_sname, to, reinterpret_cast<void*>(&rebind));
+  const char* symbol = symbol_of(fn);
+  return symbol ? g_api->rebind(symbol, to, reinterpret_cast<void*>(&rebind)) : 0;
 }
 
 // The replacements above, in the libraries loaded now, for a session; returns the count of the
@@ -265,9 +268,8 @@ int rebind_for_session(bool nested) {
 
 // How many bindings of torch's `fn` point at `to` now.
 int bound(void* fn, void* to) {
-  Dl_info info{};
-  if (dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return 0;
-  return g_api->bindings(info.dli_sname, to, reinterpret_cast<void*>(&rebind));
+  const char* symbol = symbol_of(fn);
+  return symbol ? g_api->bindings(symbol, to, reinterpret_cast<void*>(&rebind)) : 0;
 }
 
 // (query bindings, state-setter bindings) pointing at ours: what a session has rebound.
