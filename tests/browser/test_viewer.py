@@ -72,6 +72,24 @@ def test_first_paint_draws_the_tree_in_kind_colours(open_viewer):
     assert v.page.locator("#dc-total").text_content() == "total gpu.time = 1s"
 
 
+def test_the_canvas_follows_its_pane_when_the_layout_changes_without_a_window_resize(open_viewer):
+    # A notebook iframe can get its width after the viewer starts, and a wrapping header resizes
+    # the pane; neither fires a resize event on the window.
+    v = open_viewer(training_tree())
+    full = canvas_box(v)["width"]
+    v.page.evaluate("() => { document.getElementById('dc-side').style.display = 'none'; }")
+    v.page.wait_for_function(f"() => window.deepcontextViewer.drawn()[0][2] > {full + 100}")
+    wide = canvas_box(v)["width"]
+    assert wide == v.page.evaluate("() => document.getElementById('dc-flame').clientWidth")
+    assert v.api("drawn()")[0][:3] == [0, 0, wide]
+    assert len(v.api("drawn()")) == 8
+    v.page.evaluate("() => { document.getElementById('dc-header').style.height = '300px'; }")
+    v.page.wait_for_function("() => document.getElementById('dc-canvas').height === "
+                             "Math.round(document.getElementById('dc-flame').clientHeight "
+                             "* (window.devicePixelRatio || 1))")
+    assert v.errors == []
+
+
 def test_click_zooms_and_breadcrumb_goes_back(open_viewer):
     v = open_viewer(training_tree())
     step = v.api("findNode('train_step')")

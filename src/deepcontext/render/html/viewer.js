@@ -458,7 +458,11 @@
       zoomTo(id);
     });
     flame.addEventListener("scroll", schedule);
-    window.addEventListener("resize", resize);
+    // The flame's own size, not the window's: a notebook iframe can get its width after the
+    // viewer starts, and the header can wrap to more rows, with no resize event on the window.
+    new ResizeObserver(() => {
+      if (flame.clientWidth !== cssW || Math.max(flame.clientHeight, ROW) !== cssH) resize();
+    }).observe(flame);
     document.addEventListener("keydown", (ev) => {
       if (ev.target instanceof HTMLInputElement || ev.target instanceof HTMLSelectElement) return;
       if (ev.key === "Escape") zoomTo(0);
