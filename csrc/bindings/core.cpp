@@ -105,11 +105,13 @@ NB_MODULE(_core, m) {
         o.native = native;
         o.sample = sample;
         o.sample_interval = interval;
+        if (python) dc_watch_code_deaths(1);  // (the GIL is held here: the walk's chain needs it)
         dc::start(o);
       }, "python"_a = true, "ops"_a = true, "sample"_a = true, "interval"_a = 0.01,
       "native"_a = false);
   m.def("stop", [](double gpu_wait) {
     dc::stop();
+    dc_watch_code_deaths(0);
     nb::gil_scoped_release release;  // CUPTI may deliver buffers on its own thread meanwhile
     dc::gpu_stop(gpu_wait);
   }, "gpu_wait"_a = 5.0, "Stop capture; GPU records still in flight are awaited up to gpu_wait s.");
@@ -308,6 +310,27 @@ NB_MODULE(_core, m) {
     dc_raw_frame buf[dc::kMaxPyDepth];
     return dc_walk_python(dc_this_thread_state(), buf, dc::kMaxPyDepth);
   }, "Number of Python frames the native walk sees on this thread.");
+  testing.def("watch_code_deaths", &dc_watch_code_deaths, "on"_a,
+              "Count code objects' deaths (what the chain walk needs); returns whether it does.");
+  testing.def("chain_walk", [] {
+    // One chain for the calling test (its own thread), kept as op_enter keeps a thread's.
+    static dc_chain* chain = new dc_chain();
+    std::vector<dc_raw_frame> buf(dc::kMaxPyDepth);
+    int kept = -1;
+    const int m = dc_walk_python_since(dc_this_thread_state(), chain, buf.data(), dc::kMaxPyDepth, &kept);
+    if (m < 0) return nb::object(nb::none());
+    for (int i = kept + 1; i < chain->n; ++i)
+      if (chain->desc[i] >= 0) chain->frames[i] = buf[chain->desc[i]];
+    nb::list path;  // outermost first: (file, line) of every described frame
+    for (int i = 0; i < chain->n; ++i) {
+      if (chain->described[i] == (i > 0 ? chain->described[i - 1] : 0)) continue;
+      char file[512], name[256];
+      const dc_raw_frame& f = chain->frames[i];
+      const int line = dc_describe_code(f.code, f.offset, file, sizeof file, name, sizeof name);
+      path.append(nb::make_tuple(std::string(file), line));
+    }
+    return nb::object(nb::make_tuple(kept < 0 ? 0 : chain->described[kept], m, path));
+  }, "(frames kept from the last call's chain, frames described anew, the whole path) or None.");
   testing.def("live_thread_states", &dc::live_thread_states,
               "Thread states the registry holds now (not yet reaped).");
 }

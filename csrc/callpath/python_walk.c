@@ -146,15 +146,21 @@ static uint64_t str_hash(PyObject* s, int checked) {
     for (size_t i = 0; i < n; ++i) f = (f ^ data[i]) * 0x100000001b3ull;
     return f;
   }
-  /* Four 8-byte words: the first, and the last three (overlapping the first in a short str). */
-  const size_t at[4] = {0, n - 8, n >= 16 ? n - 16 : 0, n >= 24 ? n - 24 : 0};
-  for (int k = 0; k < 4; ++k) {
-    uint64_t w;
-    memcpy(&w, data + at[k], 8);
-    f = (f ^ w) * 0x9E3779B97F4A7C15ull;
-    f ^= f >> 29;
-  }
-  return f;
+  /* Four 8-byte words: the first, and the last three (overlapping the first in a short str).
+   * Written out, not looped over an array of offsets: the loop was ~95 instructions a str. */
+  uint64_t w0, w1, w2, w3;
+  memcpy(&w0, data, 8);
+  memcpy(&w1, data + n - 8, 8);
+  memcpy(&w2, data + (n >= 16 ? n - 16 : 0), 8);
+  memcpy(&w3, data + (n >= 24 ? n - 24 : 0), 8);
+  f = (f ^ w0) * 0x9E3779B97F4A7C15ull;
+  f ^= f >> 29;
+  f = (f ^ w1) * 0x9E3779B97F4A7C15ull;
+  f ^= f >> 29;
+  f = (f ^ w2) * 0x9E3779B97F4A7C15ull;
+  f ^= f >> 29;
+  f = (f ^ w3) * 0x9E3779B97F4A7C15ull;
+  return f ^ (f >> 29);
 }
 
 uint64_t dc_code_fingerprint(void* code_v, int checked) {
@@ -170,10 +176,93 @@ uint64_t dc_code_fingerprint(void* code_v, int checked) {
 
 void* dc_this_thread_state(void) { return (void*)PyGILState_GetThisThreadState(); }
 
+#if PY_VERSION_HEX >= 0x030B0000
+typedef _PyInterpreterFrame dc_frame_t;
+#define DC_PREVIOUS(f) ((f)->previous)
+#if PY_VERSION_HEX >= 0x030D0000
+#define DC_INSTR(f) ((const void*)(f)->instr_ptr)
+#else
+#define DC_INSTR(f) ((const void*)(f)->prev_instr)
+#endif
+#else
+typedef PyFrameObject dc_frame_t;
+#define DC_PREVIOUS(f) ((f)->f_back)
+#endif
+
+static dc_frame_t* innermost(void* tstate_v) {
+  PyThreadState* ts = (PyThreadState*)tstate_v;
+  if (ts == NULL) return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+  return ts->current_frame;
+#elif PY_VERSION_HEX >= 0x030B0000
+  return ts->cframe ? ts->cframe->current_frame : NULL;
+#else
+  return ts->frame;
+#endif
+}
+
+/* One frame of the chain: 1 when it is described into *out, 0 when it is passed over (a shim, a
+ * frame being set up, one that runs no code object), -1 when it ends the walk (a pointer that
+ * cannot be live). checked: the frame and its code object are probed before they are read. */
+static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_frame* out,
+                                                          int checked) {
+  if (!plausible(f) || (checked && !readable(f, sizeof(*f)))) return -1;
+#if PY_VERSION_HEX >= 0x030B0000
+#if PY_VERSION_HEX >= 0x030C0000
+  if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* exe = f->f_executable;
+  if (exe != NULL && (!plausible(exe) || (checked && !readable(exe, sizeof(PyCodeObject))))) return -1;
+  if (exe == NULL || Py_TYPE(exe) != &PyCode_Type) return 0;
+  PyCodeObject* code = (PyCodeObject*)exe;
+  if (_PyFrame_IsIncomplete(f)) return 0;
+  int32_t off = (int32_t)((f->instr_ptr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
+#else
+  PyCodeObject* code = f->f_code;
+  if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
+                       Py_TYPE(code) != &PyCode_Type))
+    return -1;
+  if (code == NULL || _PyFrame_IsIncomplete(f)) return 0;
+  int32_t off = (int32_t)((f->prev_instr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
+#endif
+  if (off < 0) off = 0;
+#if PY_VERSION_HEX >= 0x030C0000
+  /* The eval loop pushes a shim frame before the first frame it runs (gh-96421). */
+  out->entry = f->previous == NULL || f->previous->owner == FRAME_OWNED_BY_CSTACK;
+#else
+  out->entry = f->is_entry ? 1 : 0;
+#endif
+#else
+  PyCodeObject* code = f->f_code;
+  if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
+                       Py_TYPE(code) != &PyCode_Type))
+    return -1;
+  if (code == NULL) return 0;
+  int32_t off = f->f_lasti < 0 ? 0 : f->f_lasti * (int32_t)sizeof(_Py_CODEUNIT);
+  out->entry = 1; /* <= 3.10: one eval-loop call per frame */
+#endif
+  out->frame = f;
+  out->code = code;
+  out->offset = off;
+  out->firstlineno = code->co_firstlineno;
+  out->filename = code->co_filename;
+  out->name = code->co_name;
+  return 1;
+}
+
 /* Inlined into each entry point, so that dc_python_frame's copy keeps only what finds the frame
  * (the other fields it fills are dead there). */
 static inline __attribute__((always_inline)) int walk(void* tstate_v, dc_raw_frame* out, int max,
-                                                      int checked);
+                                                      int checked) {
+  int n = 0;
+  for (dc_frame_t* f = innermost(tstate_v); f != NULL && n < max; f = DC_PREVIOUS(f)) {
+    const int r = describe(f, &out[n], checked);
+    if (r < 0) break;
+    n += r;
+  }
+  return n;
+}
 
 int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) { return walk(tstate_v, out, max, 0); }
 
@@ -186,72 +275,127 @@ int dc_walk_python_checked(void* tstate_v, dc_raw_frame* out, int max) {
   return walk(tstate_v, out, max, 1);
 }
 
-/* checked: every frame and code object is probed with readable() before it is dereferenced. */
-static inline __attribute__((always_inline)) int walk(void* tstate_v, dc_raw_frame* out, int max,
-                                                      int checked) {
-  PyThreadState* ts = (PyThreadState*)tstate_v;
-  int n = 0;
-  if (ts == NULL) return 0;
-#if PY_VERSION_HEX >= 0x030D0000
-  _PyInterpreterFrame* f = ts->current_frame;
-#elif PY_VERSION_HEX >= 0x030B0000
-  _PyInterpreterFrame* f = ts->cframe ? ts->cframe->current_frame : NULL;
-#else
-  PyFrameObject* f = ts->frame;
-#endif
-  while (f != NULL && n < max) {
-    if (!plausible(f) || (checked && !readable(f, sizeof(*f)))) break;
-#if PY_VERSION_HEX >= 0x030B0000
+static uint32_t g_code_deaths = 0; /* atomic builtins: bumped with the GIL, read by any thread */
+static int g_watching = 0;      /* written with the GIL too */
+
 #if PY_VERSION_HEX >= 0x030C0000
-    if (f->owner == FRAME_OWNED_BY_CSTACK) { f = f->previous; continue; }
-#endif
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject* exe = f->f_executable;
-    if (exe != NULL && (!plausible(exe) || (checked && !readable(exe, sizeof(PyCodeObject))))) break;
-    if (exe == NULL || Py_TYPE(exe) != &PyCode_Type) { f = f->previous; continue; }
-    PyCodeObject* code = (PyCodeObject*)exe;
-    if (_PyFrame_IsIncomplete(f)) { f = f->previous; continue; }
-    int32_t off = (int32_t)((f->instr_ptr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
+static int g_watcher = -1;
+static int count_deaths(PyCodeEvent event, PyCodeObject* code) {
+  (void)code;
+  if (event == PY_CODE_EVENT_DESTROY) __atomic_add_fetch(&g_code_deaths, 1, __ATOMIC_RELAXED);
+  return 0;
+}
 #else
-    PyCodeObject* code = f->f_code;
-    if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
-                         Py_TYPE(code) != &PyCode_Type))
-      break;
-    if (code == NULL || _PyFrame_IsIncomplete(f)) { f = f->previous; continue; }
-    int32_t off = (int32_t)((f->prev_instr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
+static destructor g_code_dealloc = NULL;
+static void counting_code_dealloc(PyObject* code) {
+  __atomic_add_fetch(&g_code_deaths, 1, __ATOMIC_RELAXED);
+  g_code_dealloc(code);
+}
 #endif
-    if (off < 0) off = 0;
-    out[n].frame = f;
-    out[n].code = code;
-    out[n].offset = off;
-    out[n].firstlineno = code->co_firstlineno;
-    out[n].filename = code->co_filename;
-    out[n].name = code->co_name;
+
+int dc_watch_code_deaths(int on) {
+  __atomic_add_fetch(&g_code_deaths, 1, __ATOMIC_RELAXED); /* no chain outlives a change */
 #if PY_VERSION_HEX >= 0x030C0000
-    /* The eval loop pushes a shim frame before the first frame it runs (gh-96421). */
-    out[n].entry = f->previous == NULL || f->previous->owner == FRAME_OWNED_BY_CSTACK;
+  if (on && g_watcher < 0) g_watcher = PyCode_AddWatcher(count_deaths);
+  if (on && g_watcher < 0) PyErr_Clear(); /* all watcher slots taken: decline */
+  if (!on && g_watcher >= 0 && PyCode_ClearWatcher(g_watcher) == 0) g_watcher = -1;
+  __atomic_store_n(&g_watching, g_watcher >= 0, __ATOMIC_RELAXED);
 #else
-    out[n].entry = f->is_entry ? 1 : 0;
-#endif
-    ++n;
-    f = f->previous;
-#else
-    PyCodeObject* code = f->f_code;
-    if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
-                         Py_TYPE(code) != &PyCode_Type))
-      break;
-    if (code != NULL) {
-      out[n].frame = f;
-      out[n].code = code;
-      out[n].offset = f->f_lasti < 0 ? 0 : f->f_lasti * (int32_t)sizeof(_Py_CODEUNIT);
-      out[n].firstlineno = code->co_firstlineno;
-      out[n].filename = code->co_filename;
-      out[n].name = code->co_name;
-      out[n].entry = 1; /* <= 3.10: one eval-loop call per frame */
-      ++n;
-    }
-    f = f->f_back;
-#endif
+  if (on && PyCode_Type.tp_dealloc != counting_code_dealloc) {
+    g_code_dealloc = PyCode_Type.tp_dealloc;
+    PyCode_Type.tp_dealloc = counting_code_dealloc;
   }
-  return n;
+  if (!on && PyCode_Type.tp_dealloc == counting_code_dealloc) PyCode_Type.tp_dealloc = g_code_dealloc;
+  __atomic_store_n(&g_watching, PyCode_Type.tp_dealloc == counting_code_dealloc, __ATOMIC_RELAXED);
+#endif
+  return __atomic_load_n(&g_watching, __ATOMIC_RELAXED);
+}
+
+uint32_t dc_code_epoch(void) {
+  static uint32_t unwatched = 0;
+  if (__atomic_load_n(&g_watching, __ATOMIC_RELAXED))
+    return __atomic_load_n(&g_code_deaths, __ATOMIC_RELAXED) & 0x7FFFFFFFu;
+  return 0x80000000u | __atomic_add_fetch(&unwatched, 1, __ATOMIC_RELAXED);
+}
+
+#if PY_VERSION_HEX >= 0x030B0000
+static inline unsigned chain_slot(const void* f) {
+  return (unsigned)(((uintptr_t)f >> 3) * 0x9E3779B97F4A7C15ull >> 57); /* DC_CHAIN_SLOTS = 128 */
+}
+
+/* Whether the live frame `f`, found where the chain's frame `at` was, is that same frame still:
+ * every frame outside it has the address and instruction pointer the chain recorded, and the
+ * chain ends where it ended. Returns 0 when it is; else how many frames out the first difference
+ * is (a frame returned and another pushed at its address: the same code called again from a
+ * moved line, or from another caller), so that the frames up to it are known to be new. */
+static int differs_outside(const dc_frame_t* f, const dc_chain* ch, int at) {
+  const dc_frame_t* g = f->previous;
+  int k = 1;
+  for (int i = at - 1; i >= 0; --i, ++k) {
+    if ((const void*)g != ch->frame[i] || DC_INSTR(g) != ch->instr[i]) return k;
+    g = g->previous;
+  }
+  return g == NULL ? 0 : DC_CHAIN_MAX; /* more frames outside than recorded: all new */
+}
+#endif
+
+int dc_walk_python_since(void* tstate_v, dc_chain* ch, dc_raw_frame* out, int max, int* kept) {
+#if PY_VERSION_HEX >= 0x030B0000
+  const void* frames[DC_CHAIN_MAX];
+  const void* instrs[DC_CHAIN_MAX];
+  int16_t descs[DC_CHAIN_MAX];
+  if (!__atomic_load_n(&g_watching, __ATOMIC_RELAXED)) {
+    ch->n = 0;
+    return -1;
+  }
+  const uint32_t deaths = dc_code_epoch();
+  int r = 0, m = 0, hit = -1, look = ch->n > 0 && ch->deaths == deaths;
+  int quiet = 0; /* frames known to be new, not looked up */
+  for (dc_frame_t* f = innermost(tstate_v); f != NULL; f = f->previous) {
+    const void* ip = plausible(f) ? DC_INSTR(f) : NULL;
+    if (quiet > 0) {
+      --quiet;
+    } else if (look && ip != NULL) {
+      const int at = (int)ch->slot[chain_slot(f)] - 1;
+      if (at >= 0 && at < ch->n && ch->frame[at] == (const void*)f && ch->instr[at] == ip) {
+        const int outside = differs_outside(f, ch, at);
+        if (outside == 0) {
+          hit = at;
+          break;
+        }
+        quiet = outside; /* this frame, and those out to the difference, are new */
+      }
+    }
+    if (r == DC_CHAIN_MAX || m == max) goto unusable;
+    const int d = describe(f, &out[m], 0);
+    if (d < 0) break;
+    frames[r] = f;
+    instrs[r] = ip;
+    descs[r] = d ? (int16_t)m : -1;
+    m += d;
+    ++r;
+  }
+  const int base = hit + 1;
+  const int described_kept = hit >= 0 ? ch->described[hit] : 0;
+  if (base + r > DC_CHAIN_MAX || described_kept + m >= max) goto unusable;
+  for (int i = base; i < base + r; ++i) {  /* outermost first, for the running count */
+    const int k = base + r - 1 - i;
+    ch->frame[i] = frames[k];
+    ch->instr[i] = instrs[k];
+    ch->desc[i] = descs[k];
+    ch->described[i] = (int16_t)((i > 0 ? ch->described[i - 1] : 0) + (descs[k] >= 0));
+    ch->slot[chain_slot(frames[k])] = (uint16_t)(i + 1);
+  }
+  ch->n = base + r;
+  ch->deaths = deaths;
+  *kept = hit;
+  return m;
+unusable:
+  ch->n = 0;
+  return -1;
+#else
+  (void)tstate_v; (void)out; (void)max; (void)kept;
+  ch->n = 0;
+  return -1; /* a frame object per call (3.10): addresses say nothing about the path */
+#endif
 }

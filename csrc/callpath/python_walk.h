@@ -27,6 +27,49 @@ int dc_walk_python(void* tstate, dc_raw_frame* out, int max);
 // caller only asks whether Python ran since it last looked (an allocation inside an operator).
 const void* dc_python_frame(void* tstate);
 
+// The calling thread's interpreter frames as the last dc_walk_python_since saw them, outermost
+// first, by identity: addresses are compared with the live chain, never followed. The caller keeps
+// its own result per frame beside them (`node`, `py_frame`, `frames`, `fingerprint`).
+#define DC_CHAIN_MAX 320   // frames, shims included; a deeper chain is walked in full each time
+#define DC_CHAIN_SLOTS 128
+typedef struct dc_chain {
+  int n;
+  uint32_t deaths;                  // dc_code_epoch() when it was recorded
+  const void* frame[DC_CHAIN_MAX];
+  const void* instr[DC_CHAIN_MAX];  // its instruction pointer: where it is, while it is live
+  int16_t desc[DC_CHAIN_MAX];       // frames the last walk added: index in its `out`, -1 if none
+  int16_t described[DC_CHAIN_MAX];  // frames described at and outside this one
+  uint16_t slot[DC_CHAIN_SLOTS];    // frame address -> index + 1 (0: none; may be stale)
+  // The caller's, for every frame: the context node and the innermost described frame at and
+  // outside it; for described ones, the frame as described and its code's fingerprint.
+  uint32_t node[DC_CHAIN_MAX];
+  uint32_t parent[DC_CHAIN_MAX];    // node[] of the described frame outside it
+  const void* py_frame[DC_CHAIN_MAX];
+  dc_raw_frame frames[DC_CHAIN_MAX];
+  uint64_t fingerprint[DC_CHAIN_MAX];
+  uint32_t fingerprint_epoch[DC_CHAIN_MAX];  // dc_code_epoch() when that fingerprint was taken
+} dc_chain;
+
+// What dc_walk_python gives, for the frames newer than the outermost run of `chain` that is
+// still live and unchanged (the frame whose instruction pointer moved, and those it called):
+// fills `out` with those (innermost first) and returns their count, sets *kept to the chain's
+// index of the innermost frame kept (-1: none), and records the new chain (`desc` of the frames
+// it added). About 6 instructions a kept frame, against ~12 a frame for a full walk. Returns -1
+// (and empties the chain) where it cannot serve: CPython 3.10, a chain deeper than
+// DC_CHAIN_MAX, `max` frames or more in all, or no dc_watch_code_deaths (the caller walks the
+// whole path then).
+int dc_walk_python_since(void* tstate, dc_chain* chain, dc_raw_frame* out, int max, int* kept);
+
+// A freed code object's address can be taken by a new one, whose frame then has the old frame's
+// address and instruction pointer: dc_walk_python_since trusts a recorded chain only while no
+// code object has been freed since, which this counts (a code watcher on 3.12+; on 3.11, the code
+// type's dealloc, wrapped). With the GIL; `on` 0 restores what was there. Returns 0 when it
+// cannot watch (dc_walk_python_since then declines).
+int dc_watch_code_deaths(int on);
+// Equal at two times only if no code object was freed between them, so that what was learned
+// from a code object's address then still holds (unwatched: never equal twice).
+uint32_t dc_code_epoch(void);
+
 // Copies the file, qualified name and line of a code object that is alive (its frame is on the
 // calling thread's stack) into the buffers, NUL-terminated and truncated. Pure reads: no GIL,
 // no allocation, safe in a signal handler. Returns the line.

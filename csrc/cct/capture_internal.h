@@ -63,6 +63,10 @@ struct Describer {
 // The node of the Python path `buf` (innermost first, no open op) from the thread's caches alone
 // (its last path and ThreadState::py_children), without the tree lock; false: not all cached.
 bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node);
+// Nodes for the frames of ThreadState::chain from index `from` on (the ones the last
+// dc_walk_python_since added, described in `buf`): from the thread's memo alone when `t` is null,
+// stopping at the first it lacks, whose index it returns (chain.n: all given); else interned.
+int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from);
 // How many frames of `buf` (innermost first, n frames) are newer than the open op's own frame
 // `op_frame` (null: every frame; 0 when it is not among them: the op itself is the context).
 int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame);

@@ -18,8 +18,9 @@ uint32_t intern_under(TreeWriter& t, const Describer& d, uint32_t base, const dc
 
 // A live frame's node under `parent`, memoized in the owner's ThreadState::py_children
 // (what cached_python_node and cached_under_op look up).
-uint32_t live_child(TreeWriter& t, ThreadState* s, uint32_t parent, const dc_raw_frame& f) {
-  const uint64_t key = python_key(f, dc_code_fingerprint(f.code, 0));
+uint32_t live_child(TreeWriter& t, ThreadState* s, uint32_t parent, const dc_raw_frame& f,
+                    uint64_t fingerprint) {
+  const uint64_t key = python_key(f, fingerprint);
   const uint32_t node = t.child(parent, t.python_frame(f, true, nullptr, key));
   s->py_children.put(parent, key, node);
   return node;
@@ -29,7 +30,8 @@ uint32_t live_child(TreeWriter& t, ThreadState* s, uint32_t parent, const dc_raw
 uint32_t intern_under_memoized(TreeWriter& t, ThreadState* s, uint32_t base,
                                const dc_raw_frame* buf, int from) {
   uint32_t node = base;
-  for (int i = from - 1; i >= 0; --i) node = live_child(t, s, node, buf[i]);
+  for (int i = from - 1; i >= 0; --i)
+    node = live_child(t, s, node, buf[i], dc_code_fingerprint(buf[i].code, 0));
   return node;
 }
 
@@ -38,15 +40,19 @@ uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc
   uint32_t node = 0;
   if (n >= kMaxPyDepth) node = t.child(0, t.named_frame(Kind::Marker, "<truncated>"));
   if (s == nullptr) return intern_under(t, d, node, buf, n);
+  const uint32_t epoch = s->checked_epoch();
   int common = s->cached_prefix(buf, n);
   if (common > 0) node = s->cache_node[common - 1];
   for (int i = common; i < n; ++i) {
     const dc_raw_frame& f = buf[n - 1 - i];
+    const uint64_t fp = s->fingerprint_at(i, f, epoch);
     if (d.sample == nullptr) {  // live frames: memoized for cached_python_node
-      node = live_child(t, s, node, f);
+      node = live_child(t, s, node, f, fp);
     } else {
       node = t.child(node, d.frame(t, buf, n - 1 - i));
     }
+    s->cache_fp[i] = fp;
+    s->cache_fp_epoch[i] = epoch;
     s->cache_frame[i] = f;
     s->cache_node[i] = node;
   }
@@ -58,21 +64,77 @@ uint32_t intern_full(TreeWriter& t, const Describer& d, ThreadState* s, const dc
 
 bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node) {
   if (n <= 0 || n >= kMaxPyDepth) return false;
+  const uint32_t epoch = s->checked_epoch();
   const int common = s->cached_prefix(buf, n);
   for (int i = common; i < n; ++i) {
     const dc_raw_frame& f = buf[n - 1 - i];
     const uint32_t parent = i > 0 ? s->cache_node[i - 1] : 0;
-    const uint32_t child = s->py_children.find(parent, python_key(f, dc_code_fingerprint(f.code, 0)));
+    const uint64_t fp = s->fingerprint_at(i, f, epoch);
+    const uint32_t child = s->py_children.find(parent, python_key(f, fp));
     if (child == ChildCache::kNone) {
       s->cache_n = i;  // entries below i hold this path; those above, an older one
       return false;
     }
+    s->cache_fp[i] = fp;
+    s->cache_fp_epoch[i] = epoch;
     s->cache_frame[i] = f;
     s->cache_node[i] = child;
   }
   if (common < n) s->cache_n = n;
   *node = s->cache_node[n - 1];
   return true;
+}
+
+namespace {
+// The fingerprint of the chain's frame i, described as `f`: the one recorded there when that frame
+// ran the same code (only its line moved), else computed (as ThreadState::fingerprint_at).
+uint64_t chain_fingerprint(const dc_chain& c, int i, const dc_raw_frame& f) {
+  const dc_raw_frame& o = c.frames[i];
+  if (o.code == f.code && o.filename == f.filename && o.name == f.name &&
+      o.firstlineno == f.firstlineno && o.code != nullptr && c.fingerprint_epoch[i] == c.deaths)
+    return c.fingerprint[i];
+  return dc_code_fingerprint(f.code, 0);
+}
+}  // namespace
+
+int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from) {
+  dc_chain& c = s->chain;
+  for (int i = from; i < c.n; ++i) {
+    const uint32_t parent = i > 0 ? c.node[i - 1] : 0;
+    if (c.desc[i] < 0) {  // a shim or a frame being set up: the context of the frame outside
+      c.node[i] = parent;
+      c.py_frame[i] = i > 0 ? c.py_frame[i - 1] : nullptr;
+      c.frames[i].code = nullptr;  // node[i] is no described frame's now
+      continue;
+    }
+    const dc_raw_frame& f = buf[c.desc[i]];
+    const dc_raw_frame& o = c.frames[i];
+    // The frame recorded here before, at the same place under the same parent (a function
+    // called again from the line that called it last time): its node, with no lookup.
+    if (o.code == f.code && o.offset == f.offset && o.filename == f.filename &&
+        o.name == f.name && o.firstlineno == f.firstlineno && o.code != nullptr &&
+        c.parent[i] == parent && c.fingerprint_epoch[i] == c.deaths) {
+      c.py_frame[i] = f.frame;
+      c.frames[i].frame = f.frame;
+      c.frames[i].entry = f.entry;
+      continue;  // (node[i] and fingerprint[i] hold)
+    }
+    const uint64_t fp = chain_fingerprint(c, i, f);
+    uint32_t child;
+    if (t == nullptr) {
+      child = s->py_children.find(parent, python_key(f, fp));
+      if (child == ChildCache::kNone) return i;
+    } else {
+      child = live_child(*t, s, parent, f, fp);
+    }
+    c.node[i] = child;
+    c.parent[i] = parent;
+    c.py_frame[i] = f.frame;
+    c.frames[i] = f;
+    c.fingerprint[i] = fp;
+    c.fingerprint_epoch[i] = c.deaths;
+  }
+  return c.n;
 }
 
 int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame) {

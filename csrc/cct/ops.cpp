@@ -224,6 +224,17 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
   return node;
 }
 
+// The context of the chain that dc_walk_python_since just recorded (`buf`: the frames it added
+// after index `kept`), with the innermost described frame in *py_frame.
+uint32_t chain_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int kept,
+                       const void** py_frame) {
+  const dc_chain& c = s->chain;
+  const int from = chain_nodes(nullptr, s, buf, kept + 1);
+  if (from < c.n) chain_nodes(&lk.writer(), s, buf, from);
+  *py_frame = c.n > 0 ? c.py_frame[c.n - 1] : nullptr;
+  return c.n > 0 ? c.node[c.n - 1] : 0;
+}
+
 }  // namespace
 
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
@@ -238,10 +249,20 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // nested (88% in a GPT-2 training step), so the whole stack is walked only when that fails.
   dc_raw_frame buf[kMaxPyDepth];
   void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
-  const bool inner_only = top != nullptr && !g_opts.native;
-  int n = py_state ? dc_walk_python(py_state, buf, inner_only ? 1 : kMaxPyDepth) : 0;
-  if (inner_only && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
-    n = dc_walk_python(py_state, buf, kMaxPyDepth);
+  // Outside any op, only the frames newer than the unchanged outer part of the last such op's
+  // are described (a GPT-2 step's outer frames are the same for every op it runs).
+  constexpr int kNoChain = -2;
+  int kept = kNoChain;
+  int n = py_state && top == nullptr && !g_opts.native
+              ? dc_walk_python_since(py_state, &s->chain, buf, kMaxPyDepth, &kept)
+              : -1;
+  if (n < 0) {
+    kept = kNoChain;
+    const bool inner_only = top != nullptr && !g_opts.native;
+    n = py_state ? dc_walk_python(py_state, buf, inner_only ? 1 : kMaxPyDepth) : 0;
+    if (inner_only && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
+      n = dc_walk_python(py_state, buf, kMaxPyDepth);
+  }
   uintptr_t ips[kMaxNative];
   int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
   if (g_opts.native) mark_native_ready(s);
@@ -254,9 +275,12 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   uint32_t node, frame, py_node = 0;
   int cut = -1;
   bool pending;
+  const void* py_frame = n > 0 ? buf[0].frame : nullptr;
   {
     // Every lookup goes through the thread's caches; the common event never takes the lock.
     Lookup lk(s);
+    // (before anything else: the chain's new frames need their nodes whichever context wins)
+    const uint32_t chained = kept != kNoChain ? chain_context(lk, s, buf, kept, &py_frame) : 0;
     if (top && top->pending) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
     uint32_t parent = UINT32_MAX;
     if (backward_node && !(top && top->seq_nr == seq_nr)) {
@@ -279,6 +303,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
         *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
       }
     }
+    if (parent == UINT32_MAX && kept != kNoChain) parent = py_node = chained;
     if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, top, &py_node);
     frame = lk.op_frame(name);
     // An engine wrapper without a sequence number learns its forward line from the backward
@@ -294,7 +319,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.frame = frame;
   e.pending = pending;
   e.py_node = py_node;
-  e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.py_frame = py_frame;
   e.handle = handle;
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
@@ -447,6 +472,14 @@ namespace {
 // current_node's walk, out of line: its buffers (~16 KiB of stack) cost the fast path nothing.
 [[gnu::noinline]] uint32_t current_node_walked(ThreadState* s, int d) {
   dc_raw_frame buf[kMaxPyDepth];
+  if (g_opts.python && !g_opts.native && d == 0) {  // (a launch from Python: Triton, CUDA graphs)
+    int kept;
+    if (dc_walk_python_since(dc_this_thread_state(), &s->chain, buf, kMaxPyDepth, &kept) >= 0) {
+      Lookup lk(s);
+      const void* py_frame;
+      return chain_context(lk, s, buf, kept, &py_frame);
+    }
+  }
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
   uintptr_t ips[kMaxNative];
   int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;

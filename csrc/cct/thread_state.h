@@ -157,6 +157,32 @@ struct ThreadState {
   int cache_n = 0;
   dc_raw_frame cache_frame[kMaxPyDepth];  // compared by identity fields, not by hash
   uint32_t cache_node[kMaxPyDepth];
+  // The chain of interpreter frames at the last operator entered outside any other, which the
+  // next one's walk checks by address instead of describing again (context.cpp: chain_nodes).
+  dc_chain chain{};
+  uint64_t cache_fp[kMaxPyDepth];  // dc_code_fingerprint of cache_frame[i]'s code
+  uint32_t cache_fp_epoch[kMaxPyDepth];  // dc_code_epoch() when cache_fp[i] was taken
+  uint32_t cache_epoch = 0;              // dc_code_epoch() when the cached path was checked
+  // The cached path and fingerprints trust code objects' addresses: not past a code object's
+  // death, after which another can have the address (and its strings their strings').
+  uint32_t checked_epoch() {
+    const uint32_t e = dc_code_epoch();
+    if (e != cache_epoch) {
+      cache_n = 0;
+      cache_epoch = e;
+    }
+    return e;
+  }
+  // The fingerprint of `f`, a frame at depth i (outermost 0) of a path being cached: the one
+  // cached at i when that frame ran the same code (only its line moved, the common case) and no
+  // code object has died since; else computed.
+  uint64_t fingerprint_at(int i, const dc_raw_frame& f, uint32_t epoch) const {
+    const dc_raw_frame& c = cache_frame[i];
+    if (c.code == f.code && c.filename == f.filename && c.name == f.name &&
+        c.firstlineno == f.firstlineno && c.code != nullptr && cache_fp_epoch[i] == epoch)
+      return cache_fp[i];
+    return dc_code_fingerprint(f.code, 0);
+  }
   // How many outermost frames of `buf` (innermost first, n frames) equal the cached path.
   int cached_prefix(const dc_raw_frame* buf, int n) const {
     int common = 0;
