@@ -4,11 +4,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string_view>
 
 #include "../callpath/native_stack.h"
 #include "capture_internal.h"
+#include "lookup.h"
 #include "registry.h"
 
 namespace dc {
@@ -34,98 +34,6 @@ struct SeqSlot {
   std::atomic<uint32_t> node{0};
 };
 SeqSlot* const g_seq = new SeqSlot[kSeqSlots]();  // never destroyed
-
-// Tree lookups of one event through the thread's caches (ids are never removed, so a hit is
-// exact): the tree lock is taken at the first miss, and held until the lookup ends.
-class Lookup {
- public:
-  explicit Lookup(ThreadState* s) : s_(s) {}
-
-  TreeWriter& writer() {
-    if (!w_) w_.emplace(tree());
-    return *w_;
-  }
-
-  uint32_t child(uint32_t parent, uint32_t frame) {
-    uint32_t node = s_->op_children.find(parent, frame);
-    if (node != ChildCache::kNone) return node;
-    node = writer().child(parent, frame);
-    s_->op_children.put(parent, frame, node);
-    return node;
-  }
-
-  // The frame of operator `name`: by pointer when this buffer held this text last time, else by
-  // text (backward and engine-wrapper names are built per call in reused buffers).
-  uint32_t op_frame(const char* name) {
-    auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
-    if (same_name(e, name)) return e.frame;
-    const size_t len = std::strlen(name);
-    const uint64_t h = text_hash(name, len);
-    const uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
-    uint32_t frame;
-    if (i != ChildCache::kNone && s_->op_name_texts[i].text == std::string_view(name, len)) {
-      frame = s_->op_name_texts[i].frame;
-    } else {
-      frame = writer().named_frame(Kind::Op, std::string(name, len));
-      if (i == ChildCache::kNone) {  // (a hash collision keeps the first name's slot)
-        s_->op_name_ids.put(static_cast<uint32_t>(len), h,
-                            static_cast<uint32_t>(s_->op_name_texts.size()));
-        s_->op_name_texts.push_back(ThreadState::OpName{nullptr, frame, std::string(name, len)});
-      }
-    }
-    e.ptr = name;
-    e.frame = frame;
-    e.text.assign(name, len);
-    return frame;
-  }
-
-  // The "[marker] backward" frame (one per process: frames are never removed).
-  uint32_t backward_marker() {
-    static std::atomic<uint32_t> id{0};  // 0: not interned yet (frame 0 is the root's)
-    uint32_t f = id.load(std::memory_order_relaxed);
-    if (f == 0) {
-      f = writer().named_frame(Kind::Marker, "backward");
-      id.store(f, std::memory_order_relaxed);
-    }
-    return f;
-  }
-
- private:
-  // Whether the cached entry is this name: the same pointer and the same text (a name in a
-  // reused buffer changes under the same pointer). strncmp stops at the first NUL, so a
-  // shorter string in that buffer is never read past its end.
-  static bool same_name(const ThreadState::OpName& e, const char* name) {
-    return e.ptr == name && std::strncmp(e.text.c_str(), name, e.text.size() + 1) == 0;
-  }
-
-  static uint64_t text_hash(const char* p, size_t n) {
-    uint64_t h = 0x243F6A8885A308D3ull ^ n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-      h ^= h >> 29;
-    }
-    uint64_t w = 0;
-    std::memcpy(&w, p + i, n - i);
-    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-    return h ^ (h >> 32);
-  }
-
-  ThreadState* s_;
-  std::optional<TreeWriter> w_;
-};
-
-void mark_native_ready(ThreadState* s) {
-  if (!s->native_ready.load(std::memory_order_relaxed))
-    s->native_ready.store(true, std::memory_order_release);
-}
-
-// The thread's memoized native placement for `key`, or null.
-ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
-  return key != 0 ? &s->native_memo[key & 511u] : nullptr;
-}
 
 // The autograd engine's "autograd::engine::evaluate_function: <node>" scope wraps each backward
 // node and the gradient bookkeeping after it; it belongs with that node under the forward line.
@@ -222,17 +130,6 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
     node = node_for(lk.writer(), Describer{}, s, buf, n, false, 0, 0, nullptr, nullptr);
   *py_node = node;
   return node;
-}
-
-// The context of the chain that dc_walk_python_since just recorded (`buf`: the frames it added
-// after index `kept`), with the innermost described frame in *py_frame.
-uint32_t chain_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int kept,
-                       const void** py_frame) {
-  const dc_chain& c = s->chain;
-  const int from = chain_nodes(nullptr, s, buf, kept + 1);
-  if (from < c.n) chain_nodes(&lk.writer(), s, buf, from);
-  *py_frame = c.n > 0 ? c.py_frame[c.n - 1] : nullptr;
-  return c.n > 0 ? c.node[c.n - 1] : 0;
 }
 
 }  // namespace
@@ -466,72 +363,6 @@ void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer) {
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
-}
-
-namespace {
-// current_node's walk, out of line: its buffers (~16 KiB of stack) cost the fast path nothing.
-[[gnu::noinline]] uint32_t current_node_walked(ThreadState* s, int d) {
-  dc_raw_frame buf[kMaxPyDepth];
-  if (g_opts.python && !g_opts.native && d == 0) {  // (a launch from Python: Triton, CUDA graphs)
-    int kept;
-    if (dc_walk_python_since(dc_this_thread_state(), &s->chain, buf, kMaxPyDepth, &kept) >= 0) {
-      Lookup lk(s);
-      const void* py_frame;
-      return chain_context(lk, s, buf, kept, &py_frame);
-    }
-  }
-  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
-  uintptr_t ips[kMaxNative];
-  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
-  if (g_opts.native) mark_native_ready(s);
-  const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
-  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
-  ThreadState::NativeMemo* memo = memo_slot(s, key);
-  if (memo && memo->key == key) return memo->node;
-  uint32_t node = 0;
-  if (!g_opts.native && top == nullptr && (n == 0 || cached_python_node(s, buf, n, &node)))
-    return node;  // (a launch from Python outside any op: Triton, CUDA graphs)
-  if (g_opts.native) native_warm_symbols(ips, n_ips, false);
-  TreeWriter t(tree());
-  Describer live;
-  NativePlace np;
-  if (native_place(t, live, ips, n_ips, buf, n, top, nullptr, &np)) {
-    *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
-    return np.node;
-  }
-  if (top != nullptr)
-    return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame, nullptr);
-  return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
-}
-// Python ran inside the open op `top` (an allocation in a record_function scope, such as the
-// optimizer's step): what node_for gives, from the thread's memo when every frame newer than
-// the op's own is there (no tree lock), and with no lookup at all when the op's frame is gone
-// (a scope entered in a frame that has returned: the optimizer's step opens in __enter__).
-[[gnu::noinline]] uint32_t under_op(ThreadState* s, const OpEntry& top, void* py_state) {
-  dc_raw_frame buf[kMaxPyDepth];
-  const int n = py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
-  const int k = frames_above_op(buf, n, top.py_frame);
-  uint32_t node;
-  if (k == 0) return top.node;
-  if (cached_under_op(s, top.node, buf, k, &node)) return node;
-  TreeWriter t(tree());
-  return node_for(t, Describer{}, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);
-}
-}  // namespace
-
-uint32_t current_node() {
-  ThreadState* s = registry::self();
-  int d = s->depth.load(std::memory_order_relaxed);
-  // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
-  // op, the common case): the op's own node, without the tree lock or a full walk.
-  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending &&
-      s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
-    const OpEntry& top = s->ops[d - 1];
-    void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
-    if ((py_state ? dc_python_frame(py_state) : nullptr) == top.py_frame) return top.node;
-    return under_op(s, top, py_state);
-  }
-  return current_node_walked(s, d);
 }
 
 void set_op_observer(OpObserver obs) { g_observer = obs; }

@@ -1,0 +1,79 @@
+// Where an event from another source is (a kernel launch, an allocation): the node of the
+// calling thread's open operator, or of its Python path, without the tree lock where its caches
+// have it.
+#include "../callpath/native_stack.h"
+#include "capture_internal.h"
+#include "lookup.h"
+#include "registry.h"
+
+namespace dc {
+
+using namespace detail;
+
+namespace {
+// current_node's walk, out of line: its buffers (~16 KiB of stack) cost the fast path nothing.
+[[gnu::noinline]] uint32_t current_node_walked(ThreadState* s, int d) {
+  dc_raw_frame buf[kMaxPyDepth];
+  if (g_opts.python && !g_opts.native && d == 0) {  // (a launch from Python: Triton, CUDA graphs)
+    int kept;
+    if (dc_walk_python_since(dc_this_thread_state(), &s->chain, buf, kMaxPyDepth, &kept) >= 0) {
+      Lookup lk(s);
+      const void* py_frame;
+      return chain_context(lk, s, buf, kept, &py_frame);
+    }
+  }
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
+  uintptr_t ips[kMaxNative];
+  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
+  if (g_opts.native) mark_native_ready(s);
+  const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
+  ThreadState::NativeMemo* memo = memo_slot(s, key);
+  if (memo && memo->key == key) return memo->node;
+  uint32_t node = 0;
+  if (!g_opts.native && top == nullptr && (n == 0 || cached_python_node(s, buf, n, &node)))
+    return node;  // (a launch from Python outside any op: Triton, CUDA graphs)
+  if (g_opts.native) native_warm_symbols(ips, n_ips, false);
+  TreeWriter t(tree());
+  Describer live;
+  NativePlace np;
+  if (native_place(t, live, ips, n_ips, buf, n, top, nullptr, &np)) {
+    *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
+    return np.node;
+  }
+  if (top != nullptr)
+    return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame, nullptr);
+  return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
+}
+// Python ran inside the open op `top` (an allocation in a record_function scope, such as the
+// optimizer's step): what node_for gives, from the thread's memo when every frame newer than
+// the op's own is there (no tree lock), and with no lookup at all when the op's frame is gone
+// (a scope entered in a frame that has returned: the optimizer's step opens in __enter__).
+[[gnu::noinline]] uint32_t under_op(ThreadState* s, const OpEntry& top, void* py_state) {
+  dc_raw_frame buf[kMaxPyDepth];
+  const int n = py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
+  const int k = frames_above_op(buf, n, top.py_frame);
+  uint32_t node;
+  if (k == 0) return top.node;
+  if (cached_under_op(s, top.node, buf, k, &node)) return node;
+  TreeWriter t(tree());
+  return node_for(t, Describer{}, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);
+}
+}  // namespace
+
+uint32_t current_node() {
+  ThreadState* s = registry::self();
+  int d = s->depth.load(std::memory_order_relaxed);
+  // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
+  // op, the common case): the op's own node, without the tree lock or a full walk.
+  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending &&
+      s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
+    const OpEntry& top = s->ops[d - 1];
+    void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
+    if ((py_state ? dc_python_frame(py_state) : nullptr) == top.py_frame) return top.node;
+    return under_op(s, top, py_state);
+  }
+  return current_node_walked(s, d);
+}
+
+}  // namespace dc

@@ -1,0 +1,116 @@
+// One event's tree lookups through its thread's caches, shared by the operator layer (ops.cpp)
+// and the current-node queries of the other event sources (current_node.cpp). Internal.
+#pragma once
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+#include "capture_internal.h"
+
+namespace dc::detail {
+
+// Tree lookups of one event through the thread's caches (ids are never removed, so a hit is
+// exact): the tree lock is taken at the first miss, and held until the lookup ends.
+class Lookup {
+ public:
+  explicit Lookup(ThreadState* s) : s_(s) {}
+
+  TreeWriter& writer() {
+    if (!w_) w_.emplace(tree());
+    return *w_;
+  }
+
+  uint32_t child(uint32_t parent, uint32_t frame) {
+    uint32_t node = s_->op_children.find(parent, frame);
+    if (node != ChildCache::kNone) return node;
+    node = writer().child(parent, frame);
+    s_->op_children.put(parent, frame, node);
+    return node;
+  }
+
+  // The frame of operator `name`: by pointer when this buffer held this text last time, else by
+  // text (backward and engine-wrapper names are built per call in reused buffers).
+  uint32_t op_frame(const char* name) {
+    auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    if (same_name(e, name)) return e.frame;
+    const size_t len = std::strlen(name);
+    const uint64_t h = text_hash(name, len);
+    const uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
+    uint32_t frame;
+    if (i != ChildCache::kNone && s_->op_name_texts[i].text == std::string_view(name, len)) {
+      frame = s_->op_name_texts[i].frame;
+    } else {
+      frame = writer().named_frame(Kind::Op, std::string(name, len));
+      if (i == ChildCache::kNone) {  // (a hash collision keeps the first name's slot)
+        s_->op_name_ids.put(static_cast<uint32_t>(len), h,
+                            static_cast<uint32_t>(s_->op_name_texts.size()));
+        s_->op_name_texts.push_back(ThreadState::OpName{nullptr, frame, std::string(name, len)});
+      }
+    }
+    e.ptr = name;
+    e.frame = frame;
+    e.text.assign(name, len);
+    return frame;
+  }
+
+  // The "[marker] backward" frame (one per process: frames are never removed).
+  uint32_t backward_marker() {
+    static std::atomic<uint32_t> id{0};  // 0: not interned yet (frame 0 is the root's)
+    uint32_t f = id.load(std::memory_order_relaxed);
+    if (f == 0) {
+      f = writer().named_frame(Kind::Marker, "backward");
+      id.store(f, std::memory_order_relaxed);
+    }
+    return f;
+  }
+
+ private:
+  // Whether the cached entry is this name: the same pointer and the same text (a name in a
+  // reused buffer changes under the same pointer). strncmp stops at the first NUL, so a
+  // shorter string in that buffer is never read past its end.
+  static bool same_name(const ThreadState::OpName& e, const char* name) {
+    return e.ptr == name && std::strncmp(e.text.c_str(), name, e.text.size() + 1) == 0;
+  }
+
+  static uint64_t text_hash(const char* p, size_t n) {
+    uint64_t h = 0x243F6A8885A308D3ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
+  }
+
+  ThreadState* s_;
+  std::optional<TreeWriter> w_;
+};
+
+inline void mark_native_ready(ThreadState* s) {
+  if (!s->native_ready.load(std::memory_order_relaxed))
+    s->native_ready.store(true, std::memory_order_release);
+}
+
+// The thread's memoized native placement for `key`, or null.
+inline ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
+  return key != 0 ? &s->native_memo[key & 511u] : nullptr;
+}
+
+// The context of the chain that dc_walk_python_since just recorded (`buf`: the frames it added
+// after index `kept`), with the innermost described frame in *py_frame.
+inline uint32_t chain_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int kept,
+                              const void** py_frame) {
+  const dc_chain& c = s->chain;
+  const int from = chain_nodes(nullptr, s, buf, kept + 1);
+  if (from < c.n) chain_nodes(&lk.writer(), s, buf, from);
+  *py_frame = c.n > 0 ? c.py_frame[c.n - 1] : nullptr;
+  return c.n > 0 ? c.node[c.n - 1] : 0;
+}
+
+}  // namespace dc::detail
