@@ -85,18 +85,6 @@ bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t
   return true;
 }
 
-namespace {
-// The fingerprint of the chain's frame i, described as `f`: the one recorded there when that frame
-// ran the same code (only its line moved), else computed (as ThreadState::fingerprint_at).
-uint64_t chain_fingerprint(const dc_chain& c, int i, const dc_raw_frame& f) {
-  const dc_raw_frame& o = c.frames[i];
-  if (o.code == f.code && o.filename == f.filename && o.name == f.name &&
-      o.firstlineno == f.firstlineno && o.code != nullptr && c.fingerprint_epoch[i] == c.deaths)
-    return c.fingerprint[i];
-  return dc_code_fingerprint(f.code, 0);
-}
-}  // namespace
-
 int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from) {
   dc_chain& c = s->chain;
   for (int i = from; i < c.n; ++i) {
@@ -111,15 +99,15 @@ int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from
     const dc_raw_frame& o = c.frames[i];
     // The frame recorded here before, at the same place under the same parent (a function
     // called again from the line that called it last time): its node, with no lookup.
-    if (o.code == f.code && o.offset == f.offset && o.filename == f.filename &&
-        o.name == f.name && o.firstlineno == f.firstlineno && o.code != nullptr &&
-        c.parent[i] == parent && c.fingerprint_epoch[i] == c.deaths) {
+    if (o.code != nullptr && o.offset == f.offset && same_code(o, f) && c.parent[i] == parent &&
+        c.fingerprint_epoch[i] == c.deaths) {
       c.py_frame[i] = f.frame;
       c.frames[i].frame = f.frame;
       c.frames[i].entry = f.entry;
       continue;  // (node[i] and fingerprint[i] hold)
     }
-    const uint64_t fp = chain_fingerprint(c, i, f);
+    const uint64_t fp =
+        memoized_fingerprint(f, o, c.fingerprint[i], c.fingerprint_epoch[i], c.deaths);
     uint32_t child;
     if (t == nullptr) {
       child = s->py_children.find(parent, python_key(f, fp));

@@ -108,6 +108,21 @@ struct Sample {
   uint64_t counters[kMaxSampleCounters];
 };
 
+// Whether two described frames run the same code object, by the identity fields the caches
+// trust: the code, its file and name objects, its first line.
+inline bool same_code(const dc_raw_frame& a, const dc_raw_frame& b) {
+  return a.code == b.code && a.filename == b.filename && a.name == b.name &&
+         a.firstlineno == b.firstlineno;
+}
+
+// The fingerprint of `f`: `fp`, memoized for the frame `was` at dc_code_epoch() `fp_epoch`, when
+// `f` runs the same code and no code object has died since (`epoch`); else computed.
+inline uint64_t memoized_fingerprint(const dc_raw_frame& f, const dc_raw_frame& was, uint64_t fp,
+                                     uint32_t fp_epoch, uint32_t epoch) {
+  if (was.code != nullptr && fp_epoch == epoch && same_code(f, was)) return fp;
+  return dc_code_fingerprint(f.code, 0);
+}
+
 // How the thread's CPU time is measured.
 enum class Role : uint8_t {
   Signaled,  // runs Python or operators: a CPU-time timer and SIGPROF with a stack
@@ -177,11 +192,7 @@ struct ThreadState {
   // cached at i when that frame ran the same code (only its line moved, the common case) and no
   // code object has died since; else computed.
   uint64_t fingerprint_at(int i, const dc_raw_frame& f, uint32_t epoch) const {
-    const dc_raw_frame& c = cache_frame[i];
-    if (c.code == f.code && c.filename == f.filename && c.name == f.name &&
-        c.firstlineno == f.firstlineno && c.code != nullptr && cache_fp_epoch[i] == epoch)
-      return cache_fp[i];
-    return dc_code_fingerprint(f.code, 0);
+    return memoized_fingerprint(f, cache_frame[i], cache_fp[i], cache_fp_epoch[i], epoch);
   }
   // How many outermost frames of `buf` (innermost first, n frames) equal the cached path.
   int cached_prefix(const dc_raw_frame* buf, int n) const {
@@ -189,9 +200,7 @@ struct ThreadState {
     while (common < n && common < cache_n) {
       const dc_raw_frame& a = buf[n - 1 - common];
       const dc_raw_frame& b = cache_frame[common];
-      if (a.code != b.code || a.offset != b.offset || a.filename != b.filename ||
-          a.firstlineno != b.firstlineno || a.name != b.name)
-        break;
+      if (a.offset != b.offset || !same_code(a, b)) break;
       ++common;
     }
     return common;
