@@ -88,11 +88,25 @@ bool native_place(TreeWriter& t, const Describer& d, const uintptr_t* ips, int n
                   const dc_raw_frame* buf, int n, const OpEntry* top, const char* op_name,
                   NativePlace* out, bool leaf_is_pc = false);
 
+// The native stack of an event inside `top` (an op placed by its own call frame) into `ips`,
+// innermost first: the frames at and outside an open op's call frame cannot change while it
+// runs, so only the first s->unwind_hint[which] are unwound and the op's call frame is found
+// among them by the frames recorded at it (OpEntry::native_anchor); the whole stack is unwound
+// where it is not, and the hint grows. Returns the whole stack's depth (what native_place takes:
+// it reads only the frames inside the op) and sets *n_read to the frames written. The frames
+// begin where the caller's native::backtrace(ips, max, 1) would begin them (noinline: one frame).
+[[gnu::noinline]] int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
+                                    int* n_read);
+// Records `e`'s call frame (at outermost-first depth `cut` of a stack `n_ips` deep, of which
+// ips[0, n_read) are known) and the frames outside it, for unwind_inside.
+void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, int cut);
+
 // The memo key of a native placement (ThreadState::native_memo): a hash of the native stack,
 // the Python frames' identities (top-level events) or the open op's node and cut (nested ones),
 // and the op's name (null for launches and probes). 0: not a native placement (no native
 // stack, or Python frames newer than the open op: the Python-only path applies).
-uint64_t native_key(const uintptr_t* ips, int n_ips, const dc_raw_frame* buf, int n,
+// `n_read`: the frames of `ips` known (unwind_inside), of the n_ips the stack has.
+uint64_t native_key(const uintptr_t* ips, int n_read, int n_ips, const dc_raw_frame* buf, int n,
                     const OpEntry* top, const char* op_name);
 
 }  // namespace dc::detail

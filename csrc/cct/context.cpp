@@ -1,8 +1,12 @@
 // Where an event is: the calling thread's Python path (prefix-cached), the open operator, and
 // with native frames the spliced path, as a tree node.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string_view>
 
+#include "../callpath/native_stack.h"
 #include "capture_internal.h"
 
 namespace dc::detail {
@@ -192,18 +196,19 @@ inline uint64_t key_mix(uint64_t h, uint64_t w) {
 }
 }  // namespace
 
-uint64_t native_key(const uintptr_t* ips, int n_ips, const dc_raw_frame* buf, int n,
+uint64_t native_key(const uintptr_t* ips, int n_read, int n_ips, const dc_raw_frame* buf, int n,
                     const OpEntry* top, const char* op_name) {
   if (n_ips <= 0) return 0;
   if (top != nullptr && (n > 0 ? buf[0].frame : nullptr) != top->py_frame) return 0;
-  // Two lanes: independent multiply chains run in parallel.
+  // Two lanes: independent multiply chains run in parallel. (Frames past n_read are the open
+  // op's, which its node and cut below stand for.)
   uint64_t a = key_mix(0x243F6A8885A308D3ull, static_cast<uint64_t>(n_ips)), b = 0x13198A2E03707344ull;
   int i = 0;
-  for (; i + 1 < n_ips; i += 2) {
+  for (; i + 1 < n_read; i += 2) {
     a = key_mix(a, ips[i]);
     b = key_mix(b, ips[i + 1]);
   }
-  if (i < n_ips) a = key_mix(a, ips[i]);
+  if (i < n_read) a = key_mix(a, ips[i]);
   if (top != nullptr) {
     a = key_mix(a, top->node);
     b = key_mix(b, static_cast<uint64_t>(static_cast<uint32_t>(top->native_cut)) | (1ull << 40));
@@ -221,6 +226,57 @@ uint64_t native_key(const uintptr_t* ips, int n_ips, const dc_raw_frame* buf, in
   uint64_t h = key_mix(a, b);
   h = key_mix(h, op_name ? std::hash<std::string_view>{}(op_name) : 0x5BD1E995ull);
   return h ? h : 1;
+}
+
+namespace {
+// The depth of the whole stack whose first n frames are `ips`, where they reach `top`'s call
+// frame (its recorded frames follow each other there); -1 where they do not.
+int depth_at_anchor(const OpEntry& top, const uintptr_t* ips, int n) {
+  const int m = top.native_anchor_n;
+  if (top.native_cut < 0 || m <= 0) return -1;
+  for (int j = 0; j + m <= n; ++j)
+    if (std::equal(top.native_anchor, top.native_anchor + m, ips + j)) return j + top.native_cut + 1;
+  return -1;
+}
+
+// The first hint: what reaches the call frame of most events, [0] an operator inside another
+// (GPT-2: at most 11 frames inside, plus the anchor), [1] a launch or an allocation (the driver's
+// and CUPTI's frames too). DEEPCONTEXT_UNWIND_INSIDE=full unwinds every stack whole (the
+// reference the tests compare with); =N starts both at N frames.
+constexpr int kWhole = -1;
+int first_unwind_hint(int which) {
+  static const int forced = [] {
+    const char* v = std::getenv("DEEPCONTEXT_UNWIND_INSIDE");
+    if (v == nullptr || *v == '\0') return 0;
+    return std::strcmp(v, "full") == 0 ? kWhole : std::clamp(std::atoi(v), 1, kMaxNative);
+  }();
+  return forced != 0 ? forced : which == 0 ? 24 : 48;
+}
+}  // namespace
+
+int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips, int* n_read) {
+  int& hint = s->unwind_hint[which];
+  if (hint == 0) hint = first_unwind_hint(which);
+  // (skip 2: this frame and the caller's, as the caller's own native::backtrace(.., 1) would)
+  if (hint == kWhole) return *n_read = native::backtrace(ips, kMaxNative, 2);
+  int n = native::backtrace(ips, std::min(hint, kMaxNative), 2);
+  int depth = depth_at_anchor(top, ips, n);
+  if (depth < 0 && n == hint && hint < kMaxNative) {  // (n < hint: the whole stack was read)
+    n = native::backtrace(ips, kMaxNative, 2);
+    depth = depth_at_anchor(top, ips, n);
+    if (depth >= 0)  // the call frame's index, its anchor, and room for variation
+      hint = std::min(kMaxNative, std::max(hint, depth - top.native_cut + OpEntry::kAnchor + 8));
+  }
+  *n_read = n;
+  return depth >= 0 ? depth : n;
+}
+
+void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, int cut) {
+  const int call = n_ips - 1 - cut;  // innermost-first index of the call frame
+  e.native_anchor_n = 0;
+  if (cut < 0 || call < 0 || call >= n_read) return;
+  e.native_anchor_n = std::min(OpEntry::kAnchor, n_read - call);
+  std::copy(ips + call, ips + call + e.native_anchor_n, e.native_anchor);
 }
 
 }  // namespace dc::detail

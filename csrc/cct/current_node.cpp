@@ -12,7 +12,9 @@ using namespace detail;
 
 namespace {
 // current_node's walk, out of line: its buffers (~16 KiB of stack) cost the fast path nothing.
-[[gnu::noinline]] uint32_t current_node_walked(ThreadState* s, int d) {
+// `in_op`: inside the open op, placed by its call frame, with no Python frame newer than its
+// (only the frames below the op are needed: its innermost Python frame, the native ones inside).
+[[gnu::noinline]] uint32_t current_node_walked(ThreadState* s, int d, bool in_op) {
   dc_raw_frame buf[kMaxPyDepth];
   if (g_opts.python && !g_opts.native && d == 0) {  // (a launch from Python: Triton, CUDA graphs)
     int kept;
@@ -22,23 +24,25 @@ namespace {
       return chain_context(lk, s, buf, kept, &py_frame);
     }
   }
-  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
-  uintptr_t ips[kMaxNative];
-  int n_ips = g_opts.native ? native::backtrace(ips, kMaxNative, 1) : 0;
-  if (g_opts.native) mark_native_ready(s);
+  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, in_op ? 1 : kMaxPyDepth) : 0;
   const OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
-  const uint64_t key = g_opts.native ? native_key(ips, n_ips, buf, n, top, nullptr) : 0;
-  ThreadState::NativeMemo* memo = memo_slot(s, key);
-  if (memo && memo->key == key) return memo->node;
+  uintptr_t ips[kMaxNative];
+  int n_read = 0;
+  const int n_ips = !g_opts.native ? 0
+                    : in_op ? unwind_inside(s, *top, 1, ips, &n_read)
+                            : (n_read = native::backtrace(ips, kMaxNative, 1));
+  if (g_opts.native) mark_native_ready(s);
+  const uint64_t key = g_opts.native ? native_key(ips, n_read, n_ips, buf, n, top, nullptr) : 0;
+  if (const ThreadState::NativeMemo* memo = memo_find(s, key)) return memo->node;
   uint32_t node = 0;
   if (!g_opts.native && top == nullptr && (n == 0 || cached_python_node(s, buf, n, &node)))
     return node;  // (a launch from Python outside any op: Triton, CUDA graphs)
-  if (g_opts.native) native_warm_symbols(ips, n_ips, false);
+  if (g_opts.native) native_warm_symbols(ips, n_read, false);
   TreeWriter t(tree());
   Describer live;
   NativePlace np;
   if (native_place(t, live, ips, n_ips, buf, n, top, nullptr, &np)) {
-    *memo = ThreadState::NativeMemo{key, np.node, np.py_node, np.cut};
+    memo_put(s, ThreadState::NativeMemo{key, np.node, np.py_node, np.cut});
     return np.node;
   }
   if (top != nullptr)
@@ -65,15 +69,17 @@ uint32_t current_node() {
   ThreadState* s = registry::self();
   int d = s->depth.load(std::memory_order_relaxed);
   // Inside an operator with no Python frame newer than it (an allocation or a launch inside an
-  // op, the common case): the op's own node, without the tree lock or a full walk.
-  if (d > 0 && !g_opts.native && !s->ops[d - 1].pending &&
-      s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
+  // op, the common case): the op's own node, without the tree lock or a full walk; with native
+  // frames, only where the op has no call frame to place them under (nested_native_applies).
+  if (d > 0 && !s->ops[d - 1].pending && s->ops[d - 1].epoch == g_epoch.load(std::memory_order_relaxed)) {
     const OpEntry& top = s->ops[d - 1];
     void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
-    if ((py_state ? dc_python_frame(py_state) : nullptr) == top.py_frame) return top.node;
-    return under_op(s, top, py_state);
+    const void* frame = py_state ? dc_python_frame(py_state) : nullptr;
+    if (frame != top.py_frame) return under_op(s, top, py_state);
+    if (!g_opts.native || !nested_native_applies(&top, frame)) return top.node;
+    return current_node_walked(s, d, true);
   }
-  return current_node_walked(s, d);
+  return current_node_walked(s, d, false);
 }
 
 }  // namespace dc

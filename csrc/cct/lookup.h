@@ -97,9 +97,29 @@ inline void mark_native_ready(ThreadState* s) {
     s->native_ready.store(true, std::memory_order_release);
 }
 
-// The thread's memoized native placement for `key`, or null.
-inline ThreadState::NativeMemo* memo_slot(ThreadState* s, uint64_t key) {
-  return key != 0 ? &s->native_memo[key & 511u] : nullptr;
+// The thread's memoized native placement for `key` (0: none), or null.
+inline const ThreadState::NativeMemo* memo_find(const ThreadState* s, uint64_t key) {
+  if (key == 0) return nullptr;
+  const ThreadState::NativeMemo* set = &s->native_memo[(key & (ThreadState::kMemoSets - 1)) * ThreadState::kMemoWays];
+  for (uint32_t w = 0; w < ThreadState::kMemoWays; ++w)
+    if (set[w].key == key) return &set[w];
+  return nullptr;
+}
+
+// Memoizes a placement: it goes first in its set, the set's oldest entry is dropped.
+inline void memo_put(ThreadState* s, const ThreadState::NativeMemo& m) {
+  if (m.key == 0) return;
+  ThreadState::NativeMemo* set = &s->native_memo[(m.key & (ThreadState::kMemoSets - 1)) * ThreadState::kMemoWays];
+  for (uint32_t w = ThreadState::kMemoWays - 1; w > 0; --w) set[w] = set[w - 1];
+  set[0] = m;
+}
+
+// Whether an event's native frames can be placed, given the op open around it (`top`, null:
+// none) and the innermost interpreter frame now: under an op, only an op placed by its own call
+// frame (native_cut >= 0; autograd nodes and scopes have none) with no Python frame newer than
+// the op's. Where this is false the Python-only path places the event (native_place).
+inline bool nested_native_applies(const OpEntry* top, const void* py_frame) {
+  return top == nullptr || (top->native_cut >= 0 && py_frame == top->py_frame);
 }
 
 // The context of the chain that dc_walk_python_since just recorded (`buf`: the frames it added

@@ -134,3 +134,38 @@ def test_intra_op_workers_time_goes_to_the_operator_that_dispatched_it(tmp_path)
     assert worker_time > 0.02
     # the pool's time outside any operator (spinning after a region) is the smaller part
     assert worker_time >= idle_pool, (worker_time, idle_pool)
+
+def contexts(tree):
+    """Every context of the tree, as its path of frames, with its exclusive counts."""
+    def key(i):
+        f = tree.nodes[i].frame
+        return (f.kind, f.name, f.file, f.line, f.get("offset"))
+    return {tuple(key(i) for i in tree.path_ids(n.id)):
+            tuple(tree.exclusive(n.id, m) for m in ("op.count", "mem.alloc.count", "mem.alloc.bytes"))
+            for n in tree.nodes}
+
+
+@pytest.mark.parametrize("first_hint", ["4", ""], ids=["hint-4", "default"])
+def test_events_inside_an_operator_unwind_only_its_frames_and_place_as_whole_unwinds_do(
+        tmp_path, first_hint):
+    # An operator or allocation inside an operator unwinds only the frames inside it (up to the
+    # outer op's recorded call frame): the tree is the one whole unwinds give, context for context
+    # and count for count. With a first hint of 4 frames every event first misses the call frame,
+    # unwinds whole and grows the hint.
+    options = ("--context", "python,op,nested,native,memory", "--sample-interval", "0")
+    trees = {}
+    for mode in ("full", first_hint):
+        (tmp_path / (mode or "default")).mkdir()
+        proc, out = record(tmp_path / (mode or "default"), "linear_train.py", "3", options=options,
+                           env={"DEEPCONTEXT_UNWIND_INSIDE": mode})
+        assert proc.returncode == 0, proc.stderr
+        trees[mode] = loaded(out)
+    whole, inside = contexts(trees["full"]), contexts(trees[first_hint])
+    assert inside == whole
+    # (what is compared: the nested op under its native frames, allocations inside operators)
+    tree = trees[first_hint]
+    (fwd,) = python_nodes(tree, "linear_train.py", line_of("linear_train.py", "FORWARD"))
+    (linear,) = op_nodes(tree, "aten::linear", fwd)
+    (addmm,) = op_nodes(tree, "aten::addmm", linear)
+    assert any(f.kind == "native" for f in kinds_between(tree, linear, addmm))
+    assert tree.inclusive(addmm, "mem.alloc.count") == 3
