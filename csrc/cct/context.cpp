@@ -264,8 +264,10 @@ int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
   if (depth < 0 && n == hint && hint < kMaxNative) {  // (n < hint: the whole stack was read)
     n = native::backtrace(ips, kMaxNative, 2);
     depth = depth_at_anchor(top, ips, n);
-    if (depth >= 0)  // the call frame's index, its anchor, and room for variation
-      hint = std::min(kMaxNative, std::max(hint, depth - top.native_cut + OpEntry::kAnchor + 8));
+    // The call frame's index, its anchor, and room for variation; where even the whole stack
+    // lacks it (another stack than the op's), whole unwinds from now on: never two per event.
+    hint = depth >= 0 ? std::min(kMaxNative, std::max(hint, depth - top.native_cut + OpEntry::kAnchor + 8))
+                      : kMaxNative;
   }
   *n_read = n;
   return depth >= 0 ? depth : n;
