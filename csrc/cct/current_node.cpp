@@ -76,7 +76,7 @@ uint32_t current_node() {
     void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
     const void* frame = py_state ? dc_python_frame(py_state) : nullptr;
     if (frame != top.py_frame) return under_op(s, top, py_state);
-    if (!g_opts.native || !nested_native_applies(&top, frame)) return top.node;
+    if (!g_opts.native || top.native_cut < 0) return top.node;  // (nested_native_applies)
     return current_node_walked(s, d, true);
   }
   return current_node_walked(s, d, false);

@@ -97,10 +97,15 @@ inline void mark_native_ready(ThreadState* s) {
     s->native_ready.store(true, std::memory_order_release);
 }
 
+// The first entry of `key`'s set in the thread's memo.
+inline size_t memo_set(uint64_t key) {
+  return (key & (ThreadState::kMemoSets - 1)) * ThreadState::kMemoWays;
+}
+
 // The thread's memoized native placement for `key` (0: none), or null.
 inline const ThreadState::NativeMemo* memo_find(const ThreadState* s, uint64_t key) {
   if (key == 0) return nullptr;
-  const ThreadState::NativeMemo* set = &s->native_memo[(key & (ThreadState::kMemoSets - 1)) * ThreadState::kMemoWays];
+  const ThreadState::NativeMemo* set = &s->native_memo[memo_set(key)];
   for (uint32_t w = 0; w < ThreadState::kMemoWays; ++w)
     if (set[w].key == key) return &set[w];
   return nullptr;
@@ -109,7 +114,7 @@ inline const ThreadState::NativeMemo* memo_find(const ThreadState* s, uint64_t k
 // Memoizes a placement: it goes first in its set, the set's oldest entry is dropped.
 inline void memo_put(ThreadState* s, const ThreadState::NativeMemo& m) {
   if (m.key == 0) return;
-  ThreadState::NativeMemo* set = &s->native_memo[(m.key & (ThreadState::kMemoSets - 1)) * ThreadState::kMemoWays];
+  ThreadState::NativeMemo* set = &s->native_memo[memo_set(m.key)];
   for (uint32_t w = ThreadState::kMemoWays - 1; w > 0; --w) set[w] = set[w - 1];
   set[0] = m;
 }
