@@ -85,9 +85,9 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     return res
 
 
-def paired(rounds: list[dict], mode: str, key: str) -> tuple[float, float, float]:
-    """Median, min and max over rounds of mode/off in the same round."""
-    ratios = [r[mode][key] / r["off"][key] for r in rounds]
+def paired(rounds: list[dict], mode: str, key: str, base: str = "off") -> tuple[float, float, float]:
+    """Median, min and max over rounds of mode/base in the same round."""
+    ratios = [r[mode][key] / r[base][key] for r in rounds]
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
@@ -103,9 +103,14 @@ def main() -> int:
     p.add_argument("--threads", type=int)
     p.add_argument("--markdown")
     p.add_argument("--json")
+    p.add_argument("--versus", metavar="CONTEXT",
+                   help="also give each other mode's ratio to this one, paired in the same rounds "
+                        "(what a layer adds to the default context: --versus python,op,gpu)")
     args = p.parse_args()
     args.command = shlex.join(["python", *sys.argv])
     modes = args.mode or DEFAULT_MODES
+    if args.versus and args.versus not in modes:
+        p.error(f"--versus {args.versus}: not one of the --mode values")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -174,9 +179,28 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
                     for n in r[m].get("notes", [])})
     if notes:
         out += ["", "Notes in the profiles:", ""] + [f"- {n}" for n in notes]
+    if args.versus:
+        out += versus(results, modes, args.versus)
     if skipped:
         out += ["", "Skipped:", ""] + [f"- {k}: {v}" for k, v in skipped.items()]
     return "\n".join(out) + "\n"
+
+
+def versus(results: dict, modes: list[str], base: str) -> list[str]:
+    """Each other mode against ``base`` in the same rounds: what a layer adds to it."""
+    others = [m for m in modes if m != base]
+    out = ["", f"Against {base}, paired in the same rounds (median, min-max):", "",
+           "| model | " + " | ".join(f"{m} wall | {m} CPU" for m in others) + " |",
+           "|---|" + "---:|" * (2 * len(others))]
+    for name, res in results.items():
+        cells = [name]
+        for m in others:
+            med, lo, hi = paired(res["rounds"], m, "wall", base)
+            cells += [f"{med:.3f} ({lo:.2f}-{hi:.2f})"]
+            med, lo, hi = paired(res["rounds"], m, "cpu", base)
+            cells += [f"{med:.3f} ({lo:.2f}-{hi:.2f})"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 if __name__ == "__main__":
