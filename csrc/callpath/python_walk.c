@@ -271,6 +271,15 @@ const void* dc_python_frame(void* tstate_v) {
   return walk(tstate_v, &f, 1, 0) > 0 ? f.frame : NULL;
 }
 
+int dc_python_frame_on_chain(void* tstate_v, const void* frame, int max_links) {
+  int links = 0;
+  for (dc_frame_t* f = innermost(tstate_v); f != NULL; f = DC_PREVIOUS(f)) {
+    if ((const void*)f == frame || ++links > max_links) return 1;
+    if (!plausible(f)) return 0; /* (where a walk ends too) */
+  }
+  return 0;
+}
+
 int dc_walk_python_checked(void* tstate_v, dc_raw_frame* out, int max) {
   return walk(tstate_v, out, max, 1);
 }

@@ -26,6 +26,11 @@ int dc_walk_python(void* tstate, dc_raw_frame* out, int max);
 // The innermost frame dc_walk_python would give (its `frame`), or NULL: a few loads where the
 // caller only asks whether Python ran since it last looked (an allocation inside an operator).
 const void* dc_python_frame(void* tstate);
+// 0 when `frame` is not on the calling thread's chain of interpreter frames (by address: the
+// chain's own pointers are followed, `frame` is never read), so no walk would give it; 1 when
+// it is there or the chain is longer than `max_links`. About 3 instructions a frame, against
+// ~12 for a walk that describes each.
+int dc_python_frame_on_chain(void* tstate, const void* frame, int max_links);
 
 // The calling thread's interpreter frames as the last dc_walk_python_since saw them, outermost
 // first, by identity: addresses are compared with the live chain, never followed. The caller keeps

@@ -70,6 +70,11 @@ int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from
 // How many frames of `buf` (innermost first, n frames) are newer than the open op's own frame
 // `op_frame` (null: every frame; 0 when it is not among them: the op itself is the context).
 int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame);
+// The calling thread's Python frames for an event under an open op whose frame `op_frame` is not
+// the innermost, as far as frames_above_op needs them: `have` (the frames already in `buf`) when
+// the op's frame is no longer on the stack, else the frames up to it (the whole stack where it is
+// deeper than a short walk). Returns the count in `buf` (kMaxPyDepth frames of room).
+int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame);
 // The node of Python frames buf[k-1 .. 0] (outer to inner, all newer than the open op) under
 // op node `op_node` from ThreadState::py_children alone, without the tree lock; false: not all
 // memoized yet (node_for memoizes them, for live frames with the owner's cache).

@@ -138,6 +138,21 @@ int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame) {
   return k == n ? 0 : k;
 }
 
+// Python that runs inside an op runs either after the op's frame has returned (the optimizer's
+// step: its scope opens in record_function.__enter__), which the chain's pointers alone tell, so
+// nothing is walked, or a few frames newer than the op's own (a TorchDispatchMode, a scope
+// entered in the function that runs inside it), which a short walk finds.
+int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame) {
+  if (!dc_python_frame_on_chain(py_state, op_frame, 4 * kMaxPyDepth))
+    return have;  // (frames_above_op: the op's frame is not among them, the op is the context)
+  constexpr int kShort = 16;
+  const int n = dc_walk_python(py_state, buf, kShort);
+  if (n < kShort) return n;  // (the whole stack)
+  for (int i = 0; i < n; ++i)
+    if (buf[i].frame == op_frame) return n;
+  return dc_walk_python(py_state, buf, kMaxPyDepth);
+}
+
 bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, int k,
                      uint32_t* node) {
   uint32_t n = op_node;

@@ -55,7 +55,7 @@ namespace {
 // (a scope entered in a frame that has returned: the optimizer's step opens in __enter__).
 [[gnu::noinline]] uint32_t under_op(ThreadState* s, const OpEntry& top, void* py_state) {
   dc_raw_frame buf[kMaxPyDepth];
-  const int n = py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
+  const int n = py_state ? walk_to_op_frame(py_state, buf, 0, top.py_frame) : 0;
   const int k = frames_above_op(buf, n, top.py_frame);
   uint32_t node;
   if (k == 0) return top.node;

@@ -33,25 +33,25 @@ class Lookup {
   // text (backward and engine-wrapper names are built per call in reused buffers).
   uint32_t op_frame(const char* name) {
     auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
-    if (same_name(e, name)) return e.frame;
+    if (e.ptr == name && same_text(s_->op_name_texts[e.text].text, name)) return e.frame;
     const size_t len = std::strlen(name);
     const uint64_t h = text_hash(name, len);
-    const uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
-    uint32_t frame;
-    if (i != ChildCache::kNone && s_->op_name_texts[i].text == std::string_view(name, len)) {
-      frame = s_->op_name_texts[i].frame;
-    } else {
-      frame = writer().named_frame(Kind::Op, std::string(name, len));
-      if (i == ChildCache::kNone) {  // (a hash collision keeps the first name's slot)
-        s_->op_name_ids.put(static_cast<uint32_t>(len), h,
-                            static_cast<uint32_t>(s_->op_name_texts.size()));
-        s_->op_name_texts.push_back(ThreadState::OpName{nullptr, frame, std::string(name, len)});
-      }
+    uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
+    if (i != ChildCache::kNone && s_->op_name_texts[i].text != std::string_view(name, len)) {
+      // (a hash collision: the first name keeps the slot, this one is looked up by the tree)
+      e.ptr = nullptr;
+      return writer().named_frame(Kind::Op, std::string(name, len));
+    }
+    if (i == ChildCache::kNone) {
+      i = static_cast<uint32_t>(s_->op_name_texts.size());
+      s_->op_name_texts.push_back(
+          ThreadState::OpName{writer().named_frame(Kind::Op, std::string(name, len)), std::string(name, len)});
+      s_->op_name_ids.put(static_cast<uint32_t>(len), h, i);
     }
     e.ptr = name;
-    e.frame = frame;
-    e.text.assign(name, len);
-    return frame;
+    e.frame = s_->op_name_texts[i].frame;
+    e.text = i;
+    return e.frame;
   }
 
   // The "[marker] backward" frame (one per process: frames are never removed).
@@ -66,11 +66,10 @@ class Lookup {
   }
 
  private:
-  // Whether the cached entry is this name: the same pointer and the same text (a name in a
-  // reused buffer changes under the same pointer). strncmp stops at the first NUL, so a
-  // shorter string in that buffer is never read past its end.
-  static bool same_name(const ThreadState::OpName& e, const char* name) {
-    return e.ptr == name && std::strncmp(e.text.c_str(), name, e.text.size() + 1) == 0;
+  // Whether `name` is `text`. strncmp stops at the first NUL, so a shorter string in a reused
+  // buffer is never read past its end.
+  static bool same_text(const std::string& text, const char* name) {
+    return std::strncmp(text.c_str(), name, text.size() + 1) == 0;
   }
 
   static uint64_t text_hash(const char* p, size_t n) {

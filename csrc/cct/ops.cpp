@@ -123,9 +123,19 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
     *py_node = top->py_node;  // no Python frame newer than the op around it
     return top->node;
   }
-  if (top != nullptr)
+  if (top != nullptr) {  // Python ran inside the op: its frames under the op, lock-free if memoized
+    const int k = frames_above_op(buf, n, top->py_frame);
+    if (k == 0) {
+      *py_node = top->py_node;
+      return top->node;
+    }
+    if (cached_under_op(s, top->node, buf, k, &node)) {
+      *py_node = node;
+      return node;
+    }
     return node_for(lk.writer(), Describer{}, s, buf, n, true, top->node, top->py_node,
                     top->py_frame, py_node);
+  }
   if (n > 0 && !cached_python_node(s, buf, n, &node))
     node = node_for(lk.writer(), Describer{}, s, buf, n, false, 0, 0, nullptr, nullptr);
   *py_node = node;
@@ -157,7 +167,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     kept = kNoChain;
     n = py_state ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
     if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
-      n = dc_walk_python(py_state, buf, kMaxPyDepth);
+      n = walk_to_op_frame(py_state, buf, n, top->py_frame);
   }
   // A nested event gets native frames only inside an op placed by its own call frame, with no
   // Python frame newer than the op's (native_place): else its stack would be walked for nothing
@@ -262,14 +272,19 @@ void op_exit(uint64_t handle, int seq_consumed) {
   }
   int d = s->depth.load(std::memory_order_relaxed);
   if (d == 0) return;
-  OpEntry e;
+  // The closed entry, read in place when it was the top: this thread alone writes its stack, and
+  // pushes nothing before this exit ends (the signal handler and the sampler only read).
+  OpEntry removed;
+  OpEntry* closed = &s->ops[d - 1];
   int at = d - 1;  // where the closed entry was; its parent (at - 1) had its time inside
-  if (s->ops[d - 1].handle == handle) {
-    e = s->ops[d - 1];
+  if (closed->handle == handle) {
     s->depth.store(d - 1, std::memory_order_release);
-  } else if ((at = remove_from_middle(s, d, handle, &e)) < 0) {
+  } else if ((at = remove_from_middle(s, d, handle, &removed)) >= 0) {
+    closed = &removed;
+  } else {
     return;  // not ours (entered before capture, or while paused)
   }
+  OpEntry& e = *closed;
   int64_t elapsed = now_ns() - e.t0_ns;
   if (e.scope) {  // the ops inside a scope are nested ops of the op around it
     if (at >= 1 && s->ops[at - 1].epoch == e.epoch) s->ops[at - 1].child_ns += e.child_ns;

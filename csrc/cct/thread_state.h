@@ -211,17 +211,21 @@ struct ThreadState {
     }
     return common;
   }
-  // Operator name -> frame id. Names of backward ops point into reused temporaries, so a hit
-  // needs the same pointer and the same text.
+  // Operator name -> frame id, by text: (length, hash) -> op_name_texts index.
   struct OpName {
-    const char* ptr = nullptr;
     uint32_t frame = 0;
     std::string text;
   };
-  OpName op_names[256];
-  // By text, where the buffer's last text was another: (length, hash) -> op_name_texts index.
   ChildCache op_name_ids;
   std::vector<OpName> op_name_texts;
+  // In front of it, by pointer. Names of backward ops point into reused temporaries, so a hit
+  // needs the same pointer and the same text (op_name_texts[text]'s: a miss copies nothing).
+  struct OpNameSlot {
+    const char* ptr = nullptr;
+    uint32_t frame = 0;
+    uint32_t text = 0;
+  };
+  OpNameSlot op_names[256];
   // (parent, op frame) -> node and (parent, python_key) -> node: nodes are never removed, so a
   // hit is exact (child_cache.h).
   ChildCache op_children;
