@@ -143,6 +143,9 @@ int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame) {
 // nothing is walked, or a few frames newer than the op's own (a TorchDispatchMode, a scope
 // entered in the function that runs inside it), which a short walk finds.
 int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame) {
+  // An op entered with no Python frame (a backward node on the autograd thread): every frame
+  // now is newer than it (a compiled backward's Python runs inside it), so all of them count.
+  if (op_frame == nullptr) return dc_walk_python(py_state, buf, kMaxPyDepth);
   if (!dc_python_frame_on_chain(py_state, op_frame, 4 * kMaxPyDepth))
     return have;  // (frames_above_op: the op's frame is not among them, the op is the context)
   constexpr int kShort = 16;
