@@ -56,12 +56,9 @@ namespace {
 [[gnu::noinline]] uint32_t under_op(ThreadState* s, const OpEntry& top, void* py_state) {
   dc_raw_frame buf[kMaxPyDepth];
   const int n = py_state ? walk_to_op_frame(py_state, buf, 0, top.py_frame) : 0;
-  const int k = frames_above_op(buf, n, top.py_frame);
-  uint32_t node;
-  if (k == 0) return top.node;
-  if (cached_under_op(s, top.node, buf, k, &node)) return node;
-  TreeWriter t(tree());
-  return node_for(t, Describer{}, s, buf, n, true, top.node, top.py_node, top.py_frame, nullptr);
+  Lookup lk(s);
+  uint32_t py_node;
+  return context_under_op(lk, s, buf, n, top, &py_node);
 }
 }  // namespace
 

@@ -91,6 +91,26 @@ class Lookup {
   std::optional<TreeWriter> w_;
 };
 
+// The context of an event under the open op `top` from the thread's Python frames `buf` (as
+// walk_to_op_frame gives them): the op's own node when no frame is newer than the op's (or the
+// op's frame has returned), else those frames under it, from the thread's memo when it has them
+// all (no tree lock). Sets *py_node to its innermost Python node.
+inline uint32_t context_under_op(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n,
+                                 const OpEntry& top, uint32_t* py_node) {
+  const int k = frames_above_op(buf, n, top.py_frame);
+  uint32_t node;
+  if (k == 0) {
+    *py_node = top.py_node;
+    return top.node;
+  }
+  if (cached_under_op(s, top.node, buf, k, &node)) {
+    *py_node = node;
+    return node;
+  }
+  return node_for(lk.writer(), Describer{}, s, buf, n, true, top.node, top.py_node, top.py_frame,
+                  py_node);
+}
+
 inline void mark_native_ready(ThreadState* s) {
   if (!s->native_ready.load(std::memory_order_relaxed))
     s->native_ready.store(true, std::memory_order_release);

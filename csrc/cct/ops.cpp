@@ -118,24 +118,8 @@ inline ThreadState* begin_op(uint32_t* epoch, int* d) {
 // The context of an event from its Python frames `buf` and the op open around it (`top`).
 uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n,
                         const OpEntry* top, uint32_t* py_node) {
+  if (top != nullptr) return context_under_op(lk, s, buf, n, *top, py_node);
   uint32_t node = 0;
-  if (top != nullptr && (n > 0 ? buf[0].frame : nullptr) == top->py_frame) {
-    *py_node = top->py_node;  // no Python frame newer than the op around it
-    return top->node;
-  }
-  if (top != nullptr) {  // Python ran inside the op: its frames under the op, lock-free if memoized
-    const int k = frames_above_op(buf, n, top->py_frame);
-    if (k == 0) {
-      *py_node = top->py_node;
-      return top->node;
-    }
-    if (cached_under_op(s, top->node, buf, k, &node)) {
-      *py_node = node;
-      return node;
-    }
-    return node_for(lk.writer(), Describer{}, s, buf, n, true, top->node, top->py_node,
-                    top->py_frame, py_node);
-  }
   if (n > 0 && !cached_python_node(s, buf, n, &node))
     node = node_for(lk.writer(), Describer{}, s, buf, n, false, 0, 0, nullptr, nullptr);
   *py_node = node;
