@@ -44,8 +44,8 @@ void py_observer(const char* name, int phase, uint32_t node) {
 }
 
 int api_enabled() { return dc::is_enabled() ? 1 : 0; }
-void api_op_enter(const char* n, uint64_t h, int64_t s, uint64_t r, uint64_t f, int b) {
-  dc::op_enter(n, h, s, r, f, b != 0);
+void api_op_enter(const char* n, uint64_t h, int64_t s, uint64_t r, uint64_t f, int flags) {
+  dc::op_enter(n, h, s, r, f, (flags & DC_OP_BACKWARD) != 0, (flags & DC_OP_SCOPE) != 0);
 }
 void api_note(const char* text) { dc::add_note(text ? text : ""); }
 

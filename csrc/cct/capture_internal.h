@@ -67,14 +67,21 @@ bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t
 // dc_walk_python_since added, described in `buf`): from the thread's memo alone when `t` is null,
 // stopping at the first it lacks, whose index it returns (chain.n: all given); else interned.
 int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from);
-// How many frames of `buf` (innermost first, n frames) are newer than the open op's own frame
-// `op_frame` (null: every frame; 0 when it is not among them: the op itself is the context).
-int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame);
+// How many frames of `buf` (innermost first, n frames) go below the open op: those newer than
+// its own frame `op_frame` (null: every frame), or, for a scope whose frame has returned, those
+// from the innermost of its anchor frames `a` still there on (ScopeAnchor; null or n == 0: an
+// operator); 0 when none is among them: the op itself is the context.
+int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame, const ScopeAnchor* a);
 // The calling thread's Python frames for an event under an open op whose frame `op_frame` is not
 // the innermost, as far as frames_above_op needs them: `have` (the frames already in `buf`) when
-// the op's frame is no longer on the stack, else the frames up to it (the whole stack where it is
-// deeper than a short walk). Returns the count in `buf` (kMaxPyDepth frames of room).
-int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame);
+// an operator's frame is no longer on the stack, else the frames up to the op's frame or the
+// scope's anchor (the whole stack where that is deeper than a short walk). Returns the count in
+// `buf` (kMaxPyDepth frames of room) and sets *above to what frames_above_op gives for them.
+int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame,
+                     const ScopeAnchor* a, int* above);
+// Records in `a` the frames outside `py_frame` (the calling thread's innermost, where a scope
+// begins) and their code; a->n = 0 where `py_frame` is not the innermost or there is no Python.
+void set_scope_anchor(void* py_state, const void* py_frame, ScopeAnchor* a);
 // The node of Python frames buf[k-1 .. 0] (outer to inner, all newer than the open op) under
 // op node `op_node` from ThreadState::py_children alone, without the tree lock; false: not all
 // memoized yet (node_for memoizes them, for live frames with the owner's cache).
@@ -85,7 +92,7 @@ bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, 
 // prefix cache, or null.
 uint32_t node_for(TreeWriter& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf,
                   int n, bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
-                  uint32_t* py_node);
+                  const ScopeAnchor* op_anchor, uint32_t* py_node);
 // The context with native frames spliced in; false when that does not apply (no native stack,
 // stacks that cannot be paired, or Python frames newer than the open operator). Symbols must
 // have been warmed (native_warm_symbols) outside the tree lock.

@@ -129,40 +129,123 @@ int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from
   return c.n;
 }
 
-int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame) {
+namespace {
+// The index in `buf` of the frame an event under the op hangs below: the op's own frame (its
+// code too, for a scope, whose frame's address may be another's now), else for a scope the
+// innermost of its anchor frames still there, with *at_anchor set (that frame goes below the
+// scope too, at its line now); -1 when neither is among them.
+int op_frame_index(const dc_raw_frame* buf, int n, const void* op_frame, const ScopeAnchor* a,
+                   bool* at_anchor) {
+  *at_anchor = false;
+  const bool scope = a != nullptr && a->n > 0;
+  for (int k = 0; k < n; ++k)
+    if (buf[k].frame == op_frame && (!scope || buf[k].code == a->code)) return k;
+  if (!scope) return -1;
+  // The innermost anchor on the stack is the first found in order: the ones outside a live
+  // frame (its callers) are live too.
+  for (int j = 0; j < a->n; ++j)
+    for (int k = 0; k < n; ++k)
+      if (buf[k].frame == a->frame[j] && buf[k].code == a->frame_code[j]) {
+        *at_anchor = true;
+        return k;
+      }
+  return -1;
+}
+}  // namespace
+
+int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame, const ScopeAnchor* a) {
   if (op_frame == nullptr) return n;
-  int k = 0;
-  while (k < n && buf[k].frame != op_frame) ++k;
-  // Its frame is gone (a scope entered in a frame that has returned, as record_function's
-  // __enter__): attach to the op itself.
-  return k == n ? 0 : k;
+  bool at_anchor;
+  const int k = op_frame_index(buf, n, op_frame, a, &at_anchor);
+  // Neither there (a scope whose frames have all returned): attach to the op itself.
+  return k < 0 ? 0 : k + (at_anchor ? 1 : 0);
 }
 
-// Python that runs inside an op runs either after the op's frame has returned (the optimizer's
-// step: its scope opens in record_function.__enter__), which the chain's pointers alone tell, so
-// nothing is walked, or a few frames newer than the op's own (a TorchDispatchMode, a scope
-// entered in the function that runs inside it), which a short walk finds.
-int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame) {
+// Python that runs inside an op runs either a few frames newer than the op's own (a
+// TorchDispatchMode, a scope entered in the function that runs inside it), or, inside a scope,
+// after the scope's frame has returned (the optimizer's step and any `with record_function(...)`
+// block: the scope opens in __enter__), a few frames newer than the scope's anchor (the
+// optimizer's loop: five). Walks of 8 and then 16 frames find either; the whole stack is walked
+// only where it is deeper. An operator's frame that is gone (its address not on the chain, which
+// the chain's pointers alone tell) needs no walk.
+int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op_frame,
+                     const ScopeAnchor* a, int* above) {
   // An op entered with no Python frame (a backward node on the autograd thread): every frame
   // now is newer than it (a compiled backward's Python runs inside it), so all of them count.
-  if (op_frame == nullptr) return dc_walk_python(py_state, buf, kMaxPyDepth);
-  if (!dc_python_frame_on_chain(py_state, op_frame, 4 * kMaxPyDepth))
-    return have;  // (frames_above_op: the op's frame is not among them, the op is the context)
-  constexpr int kShort = 16;
-  const int n = dc_walk_python(py_state, buf, kShort);
-  if (n < kShort) return n;  // (the whole stack)
-  for (int i = 0; i < n; ++i)
-    if (buf[i].frame == op_frame) return n;
-  return dc_walk_python(py_state, buf, kMaxPyDepth);
+  if (op_frame == nullptr) return *above = dc_walk_python(py_state, buf, kMaxPyDepth);
+  const bool scope = a != nullptr && a->n > 0;
+  if (!scope && !dc_python_frame_on_chain(py_state, op_frame, 4 * kMaxPyDepth)) {
+    *above = 0;  // (the op's frame is not among them: the op is the context)
+    return have;
+  }
+  bool at_anchor;
+  for (int walk : {8, 16}) {
+    const int n = dc_walk_python(py_state, buf, walk);
+    const int k = op_frame_index(buf, n, op_frame, a, &at_anchor);
+    if (k >= 0 || n < walk) {  // (found, or the whole stack)
+      *above = k < 0 ? 0 : k + (at_anchor ? 1 : 0);
+      return n;
+    }
+  }
+  const int n = dc_walk_python(py_state, buf, kMaxPyDepth);
+  *above = frames_above_op(buf, n, op_frame, a);
+  return n;
+}
+
+void set_scope_anchor(void* py_state, const void* py_frame, ScopeAnchor* a) {
+  a->n = 0;
+  dc_raw_frame buf[1 + ScopeAnchor::kFrames];
+  const int n = py_state && py_frame ? dc_walk_python(py_state, buf, 1 + ScopeAnchor::kFrames) : 0;
+  if (n == 0 || buf[0].frame != py_frame) return;
+  a->code = buf[0].code;
+  for (int i = 1; i < n; ++i) {
+    a->frame[i - 1] = buf[i].frame;
+    a->frame_code[i - 1] = buf[i].code;
+  }
+  a->n = n - 1;
 }
 
 bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, int k,
                      uint32_t* node) {
-  uint32_t n = op_node;
-  for (int i = k - 1; i >= 0; --i) {
-    n = s->py_children.find(n, python_key(buf[i], dc_code_fingerprint(buf[i].code, 0)));
-    if (n == ChildCache::kNone) return false;
+  ThreadState::UnderOpCache& c = s->under_op_path;
+  const uint32_t epoch = dc_code_epoch();
+  if (k > ThreadState::UnderOpCache::kFrames) {
+    uint32_t n = op_node;
+    for (int i = k - 1; i >= 0; --i) {
+      n = s->py_children.find(n, python_key(buf[i], dc_code_fingerprint(buf[i].code, 0)));
+      if (n == ChildCache::kNone) return false;
+    }
+    *node = n;
+    return true;
   }
+  if (c.base != op_node || c.epoch != epoch) {
+    c.base = op_node;
+    c.epoch = epoch;
+    c.n = 0;
+  }
+  // The frames outside the first that moved have the nodes they had (the same code at the same
+  // place, under the same op, is the same path).
+  int common = 0;
+  while (common < k && common < c.n) {
+    const dc_raw_frame& f = buf[k - 1 - common];
+    if (f.offset != c.frame[common].offset || !same_code(f, c.frame[common])) break;
+    ++common;
+  }
+  uint32_t n = common > 0 ? c.node[common - 1] : op_node;
+  for (int i = common; i < k; ++i) {
+    const dc_raw_frame& f = buf[k - 1 - i];
+    // (the fingerprint is kept where only the frame's line moved: c.frame[i] ran the same code)
+    const uint64_t fp = i < c.n && same_code(f, c.frame[i]) ? c.fp[i] : dc_code_fingerprint(f.code, 0);
+    n = s->py_children.find(n, python_key(f, fp));
+    if (n == ChildCache::kNone) {
+      c.n = i;  // entries below i hold this path
+      return false;
+    }
+    c.frame[i] = f;
+    c.fp[i] = fp;
+    c.node[i] = n;
+  }
+  c.n = k;
   *node = n;
   return true;
 }
@@ -171,13 +254,13 @@ bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, 
 // Sets *py_node to the innermost Python node of that context.
 uint32_t node_for(TreeWriter& t, const Describer& d, ThreadState* cache, const dc_raw_frame* buf, int n,
                   bool has_op, uint32_t op_node, uint32_t op_py_node, const void* op_frame,
-                  uint32_t* py_node) {
+                  const ScopeAnchor* op_anchor, uint32_t* py_node) {
   if (!has_op) {
     uint32_t node = n > 0 ? intern_full(t, d, cache, buf, n) : 0;
     if (py_node) *py_node = node;
     return node;
   }
-  const int k = frames_above_op(buf, n, op_frame);
+  const int k = frames_above_op(buf, n, op_frame, op_anchor);
   if (k == 0) {
     if (py_node) *py_node = op_py_node;
     return op_node;

@@ -46,8 +46,9 @@ namespace {
     return np.node;
   }
   if (top != nullptr)
-    return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame, nullptr);
-  return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr);
+    return node_for(t, live, s, buf, n, true, top->node, top->py_node, top->py_frame,
+                   &top->anchor, nullptr);
+  return node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr, nullptr);
 }
 // Python ran inside the open op `top` (an allocation in a record_function scope, such as the
 // optimizer's step): what node_for gives, from the thread's memo when every frame newer than
@@ -55,10 +56,11 @@ namespace {
 // (a scope entered in a frame that has returned: the optimizer's step opens in __enter__).
 [[gnu::noinline]] uint32_t under_op(ThreadState* s, const OpEntry& top, void* py_state) {
   dc_raw_frame buf[kMaxPyDepth];
-  const int n = py_state ? walk_to_op_frame(py_state, buf, 0, top.py_frame) : 0;
+  int above = 0;
+  const int n = py_state ? walk_to_op_frame(py_state, buf, 0, top.py_frame, &top.anchor, &above) : 0;
   Lookup lk(s);
   uint32_t py_node;
-  return context_under_op(lk, s, buf, n, top, &py_node);
+  return context_under_op(lk, s, buf, n, above, top, &py_node);
 }
 }  // namespace
 

@@ -92,12 +92,11 @@ class Lookup {
 };
 
 // The context of an event under the open op `top` from the thread's Python frames `buf` (as
-// walk_to_op_frame gives them): the op's own node when no frame is newer than the op's (or the
-// op's frame has returned), else those frames under it, from the thread's memo when it has them
-// all (no tree lock). Sets *py_node to its innermost Python node.
+// walk_to_op_frame gives them, `k` of them below the op: frames_above_op): the op's own node when
+// k is 0, else those frames under it, from the thread's memo when it has them all (no tree
+// lock). Sets *py_node to its innermost Python node.
 inline uint32_t context_under_op(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n,
-                                 const OpEntry& top, uint32_t* py_node) {
-  const int k = frames_above_op(buf, n, top.py_frame);
+                                 int k, const OpEntry& top, uint32_t* py_node) {
   uint32_t node;
   if (k == 0) {
     *py_node = top.py_node;
@@ -108,7 +107,7 @@ inline uint32_t context_under_op(Lookup& lk, ThreadState* s, const dc_raw_frame*
     return node;
   }
   return node_for(lk.writer(), Describer{}, s, buf, n, true, top.node, top.py_node, top.py_frame,
-                  py_node);
+                  &top.anchor, py_node);
 }
 
 inline void mark_native_ready(ThreadState* s) {

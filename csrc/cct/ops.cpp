@@ -116,12 +116,16 @@ inline ThreadState* begin_op(uint32_t* epoch, int* d) {
 }
 
 // The context of an event from its Python frames `buf` and the op open around it (`top`).
-uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n,
+// `above`: frames_above_op's count for them under `top`, -1 where not yet known.
+uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n, int above,
                         const OpEntry* top, uint32_t* py_node) {
-  if (top != nullptr) return context_under_op(lk, s, buf, n, *top, py_node);
+  if (top != nullptr) {
+    if (above < 0) above = frames_above_op(buf, n, top->py_frame, &top->anchor);
+    return context_under_op(lk, s, buf, n, above, *top, py_node);
+  }
   uint32_t node = 0;
   if (n > 0 && !cached_python_node(s, buf, n, &node))
-    node = node_for(lk.writer(), Describer{}, s, buf, n, false, 0, 0, nullptr, nullptr);
+    node = node_for(lk.writer(), Describer{}, s, buf, n, false, 0, 0, nullptr, nullptr, nullptr);
   *py_node = node;
   return node;
 }
@@ -129,7 +133,7 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
 }  // namespace
 
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
-              uint64_t fwd_tid, bool is_backward) {
+              uint64_t fwd_tid, bool is_backward, bool is_scope) {
   uint32_t epoch;
   int d;
   ThreadState* s = begin_op(&epoch, &d);
@@ -144,6 +148,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // are described (a GPT-2 step's outer frames are the same for every op it runs).
   constexpr int kNoChain = -2;
   int kept = kNoChain;
+  int above = -1;  // (frames_above_op's count, once walk_to_op_frame has given it)
   int n = py_state && top == nullptr && !g_opts.native
               ? dc_walk_python_since(py_state, &s->chain, buf, kMaxPyDepth, &kept)
               : -1;
@@ -151,7 +156,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     kept = kNoChain;
     n = py_state ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
     if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
-      n = walk_to_op_frame(py_state, buf, n, top->py_frame);
+      n = walk_to_op_frame(py_state, buf, n, top->py_frame, &top->anchor, &above);
   }
   // A nested event gets native frames only inside an op placed by its own call frame, with no
   // Python frame newer than the op's (native_place): else its stack would be walked for nothing
@@ -200,7 +205,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
       }
     }
     if (parent == UINT32_MAX && kept != kNoChain) parent = py_node = chained;
-    if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, top, &py_node);
+    if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, above, top, &py_node);
     frame = lk.op_frame(name);
     // An engine wrapper without a sequence number learns its forward line from the backward
     // node it runs next; until then it is parked on its ordinary parent.
@@ -216,6 +221,10 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.pending = pending;
   e.py_node = py_node;
   e.py_frame = py_frame;
+  if (is_scope)
+    set_scope_anchor(py_state, py_frame, &e.anchor);
+  else
+    e.anchor.n = 0;
   e.handle = handle;
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
@@ -319,8 +328,8 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
     if (top && top->pending) resolve_pending(lk, *top, -1, 0);
     Describer live;
     uint32_t parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node,
-                                     top->py_frame, &py_node)
-                          : node_for(t, live, s, buf, n, false, 0, 0, nullptr, &py_node);
+                                     top->py_frame, &top->anchor, &py_node)
+                          : node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr, &py_node);
     frame = t.named_frame(static_cast<Kind>(kind), name, extra);
     node = t.child(parent, frame);
   }
@@ -330,6 +339,7 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
   e.pending = false;
   e.py_node = py_node;
   e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.anchor.n = 0;  // (a module's scope opens in the frame that runs it)
   e.handle = handle;
   e.seq_nr = top ? top->seq_nr : -1;
   e.child_ns = 0;

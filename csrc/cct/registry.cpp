@@ -125,6 +125,7 @@ ThreadState* make_locked(pid_t tid, Role role, clockid_t clock) {
   s->overflow = 0;
   s->cache_n = 0;
   s->chain.n = 0;
+  s->under_op_path.n = 0;
   s->native_ready.store(false);
   s->thread_node = 0;  // op_names / op_children / native_memo stay valid: ids are never removed
   ++s->generation;

@@ -111,6 +111,7 @@ __attribute__((noinline)) void take_sample(ThreadState* s, Sample& smp, void* uc
     smp.op_node = top.node;
     smp.op_py_node = top.py_node;
     smp.op_frame = top.py_frame;
+    smp.op_anchor = top.anchor;
     smp.op_native_cut = top.native_cut;
   }
   // skip 3: this function, the handler and the kernel's signal trampoline.
@@ -225,6 +226,7 @@ void drain(ThreadState* s) {
     top.node = smp.op_node;
     top.py_node = smp.op_py_node;
     top.py_frame = smp.op_frame;
+    top.anchor = smp.op_anchor;
     top.native_cut = smp.op_native_cut;
     NativePlace np;
     uint32_t node;
@@ -235,7 +237,7 @@ void drain(ThreadState* s) {
       node = np.node;
     else
       node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
-                      smp.op_py_node, smp.op_frame, nullptr);
+                      smp.op_py_node, smp.op_frame, &smp.op_anchor, nullptr);
     // A Python thread caught with no frame (interpreter start-up and teardown, between the
     // bytecodes of nothing): a marker, since time on the root itself is no context at all and
     // the exporters, whose stacks start below the root, would drop it.

@@ -43,12 +43,27 @@ class PolledU32 {
   std::atomic<uint32_t> v_;
 };
 
+// Where the body of a scope (record_function) runs in Python. Its own frame (torch's op call in
+// __enter__) returns before the body runs, and a returned frame's address is soon another's, so
+// the frames outside it when it began are kept too, innermost first, each with its code object.
+// An event in the body hangs below the innermost of those still on the stack, at the line that
+// frame is on now (the `with` block's line). n == 0: an operator, whose frame stays live for as
+// long as it is open (its address alone identifies it).
+struct ScopeAnchor {
+  static constexpr int kFrames = 4;  // a helper's contextmanager around record_function: 4 deep
+  int n;
+  const void* code;                  // the scope's own frame's code
+  const void* frame[kFrames];
+  const void* frame_code[kFrames];
+};
+
 struct OpEntry {
   PolledU32 node;        // while `pending`: the ordinary parent context
   uint32_t frame;        // the op's frame id
   bool pending;          // an engine wrapper waiting for its backward node
   uint32_t py_node;      // innermost Python context node of this op
   const void* py_frame;  // innermost interpreter frame when the op began (nullptr: none)
+  ScopeAnchor anchor;    // a scope's frames outside py_frame (n == 0 for an operator)
   uint64_t handle;
   int64_t seq_nr;        // >= 0 for a backward node's op (to nest its own re-entries)
   int64_t t0_ns;
@@ -94,6 +109,7 @@ struct Sample {
   uint32_t op_node;
   uint32_t op_py_node;
   const void* op_frame;
+  ScopeAnchor op_anchor;
   int op_native_cut;
   int n_ips;
   uintptr_t ips[kMaxNative];
@@ -211,6 +227,20 @@ struct ThreadState {
     }
     return common;
   }
+  // Prefix cache of the last path looked up under an open op (cached_under_op): the Python
+  // frames newer than the op's own frame or its scope's anchor, outermost first, below `base`.
+  // A scope's body (the optimizer's single-tensor loop) runs the same outer frames for every
+  // op in it, so only the frames below the first that moved are looked up again.
+  struct UnderOpCache {
+    static constexpr int kFrames = 64;  // deeper paths are looked up frame by frame
+    uint32_t base = 0;
+    uint32_t epoch = 0;  // dc_code_epoch() when it was filled: the frames trust code addresses
+    int n = 0;
+    dc_raw_frame frame[kFrames];
+    uint64_t fp[kFrames];
+    uint32_t node[kFrames];
+  };
+  UnderOpCache under_op_path;
   // Operator name -> frame id, by text: (length, hash) -> op_name_texts index.
   struct OpName {
     uint32_t frame = 0;

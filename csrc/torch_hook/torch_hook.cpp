@@ -114,8 +114,11 @@ bool shows_python(const char* name) { return std::strncmp(name, "Python", 6) == 
 
 // name: fn.name(), which may point into a temporary (backward names): the core copies it.
 void enter_op(const at::RecordFunction& fn, const char* name) {
+  const at::RecordScope scope = fn.scope();
   g_api->op_enter(name, fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
-                  fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 1 : 0);
+                  scope == at::RecordScope::BACKWARD_FUNCTION ? DC_OP_BACKWARD
+                  : scope == at::RecordScope::USER_SCOPE    ? DC_OP_SCOPE
+                                                            : 0);
 }
 
 // -- collectives (docs/multi-rank.md) -----------------------------------------------------------

@@ -191,8 +191,9 @@ def test_schedule_wait_records_nothing_and_warmup_is_discarded(tmp_path):
 def test_python_running_inside_an_operator_allocates_at_its_own_lines(tmp_path):
     # Allocations with no operator of their own (torch.UntypedStorage) while Python runs inside
     # an open operator: under that operator at the Python line (a Python kernel of a custom op;
-    # the second and third calls come from the thread's memo), or on the operator itself when
-    # the frame it opened in has returned (record_function's scope opens in __enter__).
+    # the second and third calls come from the thread's memo), and in a record_function block,
+    # whose scope opened in __enter__ (a frame that has returned), below the scope at the line of
+    # the block that allocated.
     program = "memory_in_python_under_op.py"
     proc, out = record(tmp_path, program, options=CONTEXT)
     assert proc.returncode == 0, proc.stderr
@@ -207,6 +208,10 @@ def test_python_running_inside_an_operator_allocates_at_its_own_lines(tmp_path):
     (call,) = python_nodes(tree, program, line_of(program, "CALL"))
     assert kernel in subtree_ids(tree, call) and op.id in subtree_ids(tree, call)
     (scope,) = [n.id for n in tree.nodes if n.frame.kind == "op" and n.frame.name == "dc_test_scope"]
-    assert tree.nodes[scope].metrics["mem.alloc.bytes"] == 3 * 300
-    assert tree.nodes[scope].metrics["mem.alloc.count"] == 3
+    (with_line,) = python_nodes(tree, program, line_of(program, "WITH"))
+    assert scope in subtree_ids(tree, with_line)
+    (body,) = python_nodes(tree, program, line_of(program, "SCOPE"))
+    assert tree.nodes[body].parent == scope
+    assert tree.nodes[body].metrics["mem.alloc.bytes"] == 3 * 300
+    assert tree.nodes[body].metrics["mem.alloc.count"] == 3
     assert _inclusive(tree, scope, "mem.alloc.bytes") == 3 * 300

@@ -152,3 +152,50 @@ def test_cpu_time_of_intra_op_worker_threads_is_sampled(tmp_path):
     assert workers and sum(tree.inclusive(n.id, "cpu.time") for n in workers) > 0.02
     assert all(tree.nodes[n.parent].frame.kind == "op" for n in workers)
     assert tree.inclusive(line, "cpu.time") > 0.02
+
+
+def _scope(tree, name):
+    (scope,) = [n.id for n in tree.nodes if n.frame.kind == "op" and n.frame.name == name]
+    return scope
+
+
+def _op_count(tree, nid, name):
+    return sum(tree.exclusive(n, "op.count") for n in subtree_ids(tree, nid)
+               if tree.nodes[n].frame == Frame("op", name))
+
+
+def test_record_function_blocks_keep_their_lines(tmp_path):
+    """The body of a record_function block runs after __enter__ (where the scope opened) has
+    returned: its operators go below the scope at the block's own lines, and their backward
+    with them, however the scope was entered (a `with`, a helper's contextmanager, torch.optim's
+    step)."""
+    prog = "record_function_blocks.py"
+    proc, out = record(tmp_path, prog)
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    fwd = _scope(tree, "fwd")
+    (with_line,) = python_nodes(tree, prog, line_of(prog, "WITH"))
+    assert fwd in subtree_ids(tree, with_line)
+    (body,) = python_nodes(tree, prog, line_of(prog, "BODY"))
+    (loss,) = python_nodes(tree, prog, line_of(prog, "LOSS"))
+    assert tree.nodes[body].parent == fwd and tree.nodes[loss].parent == fwd
+    assert _op_count(tree, body, "aten::linear") == 3 * 2
+    assert _op_count(tree, body, "aten::relu") == 3
+    assert _op_count(tree, loss, "aten::sum") == 3
+    assert _op_count(tree, body, "AddmmBackward0") == 3 * 2
+    assert _op_count(tree, loss, "SumBackward0") == 3
+    # entered in a generator that is suspended while the block runs: the `with` line's frame
+    # (three frames out from the scope's own) is where its body hangs
+    scaled = _scope(tree, "scaled")
+    (helper_body,) = python_nodes(tree, prog, line_of(prog, "HELPER_BODY"))
+    assert tree.nodes[helper_body].parent == scaled
+    assert _op_count(tree, helper_body, "aten::mul") == 3
+    # torch.optim's step scope: the single-tensor loop's lines inside it, every update there
+    (step_line,) = python_nodes(tree, prog, line_of(prog, "STEP"))
+    step = next(n for n in subtree_ids(tree, step_line)
+                if tree.nodes[n].frame.kind == "op" and tree.nodes[n].frame.name.startswith("Optimizer.step#"))
+    loops = [n for n in subtree_ids(tree, step)
+             if tree.nodes[n].frame.kind == "python" and tree.nodes[n].frame.name == "_single_tensor_adam"]
+    assert loops
+    assert sum(_op_count(tree, n, "aten::addcdiv_") for n in loops) == 3 * 4
+    assert _op_count(tree, step, "aten::addcdiv_") == 3 * 4

@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 6
+#define DC_API_VERSION 7
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -14,13 +14,17 @@ enum dc_frame_kind {
   DC_KIND_MODULE, DC_KIND_INSTRUCTION, DC_KIND_COUNT
 };
 
+enum dc_op_flags { DC_OP_BACKWARD = 1, DC_OP_SCOPE = 2 };
+
 typedef struct dc_api {
   uint32_t version;
   /* Operator entry/exit on the calling thread. handle identifies the event (exit pops only a
    * matching entry, so callbacks installed mid-op stay balanced). seq_nr < 0 means none;
-   * is_backward marks autograd's BACKWARD_FUNCTION scope, fwd_tid the forward thread. */
+   * flags: DC_OP_BACKWARD for autograd's BACKWARD_FUNCTION scope, DC_OP_SCOPE for a USER_SCOPE
+   * (record_function), whose body runs after its opening frame returns; fwd_tid the forward
+   * thread. */
   void (*op_enter)(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
-                   uint64_t fwd_tid, int is_backward);
+                   uint64_t fwd_tid, int flags);
   /* seq_consumed: how many sequence numbers autograd nodes took while the op ran, starting
    * from the op's own (the op created the nodes their backward will name), 0 if none, -1 if
    * unknown. */

@@ -16,8 +16,8 @@ def python_kernel(x: torch.Tensor) -> torch.Tensor:
 
 def scoped():
     # record_function's scope opens in its __enter__, a frame that has returned by the time the
-    # body runs: allocations in the body belong to the scope's operator itself.
-    with torch.autograd.profiler.record_function("dc_test_scope"):
+    # body runs: allocations in the body go below the scope's operator, at the body's line.
+    with torch.autograd.profiler.record_function("dc_test_scope"):  # WITH
         keep = torch.UntypedStorage(300)  # SCOPE: 300 bytes per call
         del keep
 

@@ -145,11 +145,12 @@ def _single_tensor_step(ctx: AnalysisContext, nid: int) -> str | None:
     m = _STEP_OP.match(f.name) if f.kind == "op" else None
     if m is None:
         return None
-    names = [ctx.tree.nodes[c].frame.name for c in node.children]
+    # its operators, below torch.optim's own lines (the step's Python runs inside the scope)
+    ops = [d for d in ctx.descendants(nid) if ctx.tree.nodes[d].frame.kind == "op"]
+    names = [ctx.tree.nodes[d].frame.name for d in ops]
     if any(n.startswith(("aten::_foreach_", "aten::_fused_")) for n in names):
         return None
-    updates = sum(ctx.count(c) for c in node.children
-                  if base_name(ctx.tree.nodes[c].frame.name) in INPLACE_UPDATE)
+    updates = sum(ctx.count(d) for d, n in zip(ops, names) if base_name(n) in INPLACE_UPDATE)
     return m.group(1).lower() if updates > 0 else None
 
 
