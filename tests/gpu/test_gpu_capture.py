@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepcontext.tree import CallingContextTree, load
+from deepcontext.tree import CallingContextTree, Frame, load
 
 pytestmark = pytest.mark.gpu
 
@@ -306,3 +306,47 @@ def test_torch_profiler_beside_a_session_sees_the_backward_on_the_device_thread(
         "torch.profiler saw: MmBackward0 aten::linear aten::matmul aten::mm aten::t",
         "after the session: (0, 0)",
     ]
+
+
+def test_record_function_block_kernels_at_the_block_lines(tmp_path: Path) -> None:
+    """Kernels launched inside a record_function block (whose scope opened in __enter__, a frame
+    that has returned) go below the scope at the body's lines, their backward kernels with them;
+    the optimizer's multi-tensor kernels below torch.optim's lines inside its step scope."""
+    program = "scoped_train.py"
+    k = _constants(program)
+    out = tmp_path / "scoped.dcprof"
+    proc = _run(["-m", "deepcontext", "record", "-o", str(out), "--",
+                 sys.executable, str(PROGRAMS / program)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tree = load(out)
+
+    def line(marker: str) -> int:
+        (nid,) = [n.id for n in tree.nodes if n.frame.kind == "python"
+                  and n.frame.file.endswith(program) and n.frame.line == line_of(program, marker)]
+        return nid
+
+    (scope,) = [n.id for n in tree.nodes if n.frame.kind == "op" and n.frame.name == "forward_block"]
+    assert tree.nodes[line("BODY")].parent == scope and tree.nodes[line("LOSS")].parent == scope
+    linears = [n for n in tree.walk(line("BODY")) if n.frame == Frame("op", "aten::linear")]
+    assert sum(n.metrics["op.count"] for n in linears) == k.STEPS * k.LINEARS
+    fwd = nodes_of(tree, line("BODY"), "kernel")
+    assert fwd and all(n.metrics["gpu.launches"] % k.STEPS == 0 for n in fwd)
+    fwd_ids = {n.id for n in fwd}
+    bwd = [n for n in nodes_of(tree, line("BODY"), "kernel", skip_backward=False) if n.id not in fwd_ids]
+    assert bwd and all(any(f.kind == "marker" and f.name == "backward" for f in tree.path(n.id))
+                       for n in bwd)
+    assert nodes_of(tree, line("LOSS"), "kernel")
+    # no kernel hangs on the scope itself: every one is below a line of the block
+    assert not [c for c in tree.nodes[scope].children if tree.nodes[c].frame.kind == "kernel"]
+    step = next(n for n in tree.walk(line("STEP")) if n.frame.kind == "op"
+                and n.frame.name.startswith("Optimizer.step#"))
+    multi = [n for n in tree.walk(step.id) if n.frame.kind == "python"
+             and n.frame.name in ("_multi_tensor_adam", "_multi_tensor_adamw")]
+    assert multi
+    optim_kernels = [n for m in multi for n in nodes_of(tree, m.id, "kernel")]
+    assert optim_kernels and all("multi_tensor_apply" in n.frame.name for n in optim_kernels)
+    assert all(n.metrics["gpu.launches"] % k.STEPS == 0 for n in optim_kernels)
+    # every kernel of the step is below one of torch.optim's lines inside the scope
+    for n in nodes_of(tree, step.id, "kernel"):
+        below = tree.path(n.id)[len(tree.path(step.id)):]
+        assert any(f.kind == "python" and "/torch/optim/" in f.file for f in below), n.frame.name
