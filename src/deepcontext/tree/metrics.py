@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -104,6 +105,8 @@ def unit_of(metric: str) -> str:
 
 def format_value(value: float, unit: str) -> str:
     """Human formatting for a metric value."""
+    if not math.isfinite(value):  # (a corrupt or hand-built profile: "inf", "nan", no error)
+        return str(value)
     if unit == "s":
         if abs(value) >= 59.95:  # minutes and hours as a person reads a clock: 18m 20s, 2h 05m
             sign, whole = ("-" if value < 0 else ""), round(abs(value))
