@@ -35,6 +35,9 @@ if [[ ! -x $out/venv/bin/python ]]; then
   "$PY" -m venv --without-pip --system-site-packages "$out/venv"
 fi
 site=$("$out/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+# A PYTHON that is itself a venv: --system-site-packages sees its base interpreter's packages,
+# not the venv's (torch...), so those are added after this venv's own (its build still wins).
+"$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))' > "$site/zz-python-site.pth"
 rm -rf "$site"/deepcontext "$site"/deepcontext-*.dist-info "$site"/bin  # no file of an older build stays
 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$site" \
   -C cmake.define.DC_SANITIZE=$flags -C cmake.build-type=RelWithDebInfo -C build-dir="$out/cmake" .
