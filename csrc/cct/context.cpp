@@ -130,13 +130,12 @@ int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from
 }
 
 namespace {
-// The index in `buf` of the frame an event under the op hangs below: the op's own frame (its
-// code too, for a scope, whose frame's address may be another's now), else for a scope the
-// innermost of its anchor frames still there, with *at_anchor set (that frame goes below the
-// scope too, at its line now); -1 when neither is among them.
-int op_frame_index(const dc_raw_frame* buf, int n, const void* op_frame, const ScopeAnchor* a,
-                   bool* at_anchor) {
-  *at_anchor = false;
+// frames_above_op's count, or -1 when neither the op's frame nor (for a scope) an anchor frame is
+// among them. The op's own frame is matched by its code too for a scope, whose frame's address
+// may be another's now; an anchor goes below the scope with the frames newer than it, at its
+// line now.
+int frames_above_op_found(const dc_raw_frame* buf, int n, const void* op_frame,
+                          const ScopeAnchor* a) {
   const bool scope = a != nullptr && a->n > 0;
   for (int k = 0; k < n; ++k)
     if (buf[k].frame == op_frame && (!scope || buf[k].code == a->code)) return k;
@@ -145,20 +144,15 @@ int op_frame_index(const dc_raw_frame* buf, int n, const void* op_frame, const S
   // frame (its callers) are live too.
   for (int j = 0; j < a->n; ++j)
     for (int k = 0; k < n; ++k)
-      if (buf[k].frame == a->frame[j] && buf[k].code == a->frame_code[j]) {
-        *at_anchor = true;
-        return k;
-      }
+      if (buf[k].frame == a->frame[j] && buf[k].code == a->frame_code[j]) return k + 1;
   return -1;
 }
 }  // namespace
 
 int frames_above_op(const dc_raw_frame* buf, int n, const void* op_frame, const ScopeAnchor* a) {
   if (op_frame == nullptr) return n;
-  bool at_anchor;
-  const int k = op_frame_index(buf, n, op_frame, a, &at_anchor);
   // Neither there (a scope whose frames have all returned): attach to the op itself.
-  return k < 0 ? 0 : k + (at_anchor ? 1 : 0);
+  return std::max(0, frames_above_op_found(buf, n, op_frame, a));
 }
 
 // Python that runs inside an op runs either a few frames newer than the op's own (a
@@ -178,12 +172,11 @@ int walk_to_op_frame(void* py_state, dc_raw_frame* buf, int have, const void* op
     *above = 0;  // (the op's frame is not among them: the op is the context)
     return have;
   }
-  bool at_anchor;
   for (int walk : {8, 16}) {
     const int n = dc_walk_python(py_state, buf, walk);
-    const int k = op_frame_index(buf, n, op_frame, a, &at_anchor);
+    const int k = frames_above_op_found(buf, n, op_frame, a);
     if (k >= 0 || n < walk) {  // (found, or the whole stack)
-      *above = k < 0 ? 0 : k + (at_anchor ? 1 : 0);
+      *above = std::max(0, k);
       return n;
     }
   }
@@ -208,16 +201,8 @@ void set_scope_anchor(void* py_state, const void* py_frame, ScopeAnchor* a) {
 bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, int k,
                      uint32_t* node) {
   ThreadState::UnderOpCache& c = s->under_op_path;
+  constexpr int kKept = ThreadState::UnderOpCache::kFrames;  // (frames past it: looked up each time)
   const uint32_t epoch = dc_code_epoch();
-  if (k > ThreadState::UnderOpCache::kFrames) {
-    uint32_t n = op_node;
-    for (int i = k - 1; i >= 0; --i) {
-      n = s->py_children.find(n, python_key(buf[i], dc_code_fingerprint(buf[i].code, 0)));
-      if (n == ChildCache::kNone) return false;
-    }
-    *node = n;
-    return true;
-  }
   if (c.base != op_node || c.epoch != epoch) {
     c.base = op_node;
     c.epoch = epoch;
@@ -225,27 +210,24 @@ bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, 
   }
   // The frames outside the first that moved have the nodes they had (the same code at the same
   // place, under the same op, is the same path).
-  int common = 0;
-  while (common < k && common < c.n) {
-    const dc_raw_frame& f = buf[k - 1 - common];
-    if (f.offset != c.frame[common].offset || !same_code(f, c.frame[common])) break;
-    ++common;
-  }
+  const int common = same_prefix(buf, k, c.frame, c.n);
   uint32_t n = common > 0 ? c.node[common - 1] : op_node;
   for (int i = common; i < k; ++i) {
     const dc_raw_frame& f = buf[k - 1 - i];
-    // (the fingerprint is kept where only the frame's line moved: c.frame[i] ran the same code)
-    const uint64_t fp = i < c.n && same_code(f, c.frame[i]) ? c.fp[i] : dc_code_fingerprint(f.code, 0);
+    const uint64_t fp = i < c.n ? memoized_fingerprint(f, c.frame[i], c.fp[i], c.epoch, epoch)
+                                : dc_code_fingerprint(f.code, 0);
     n = s->py_children.find(n, python_key(f, fp));
     if (n == ChildCache::kNone) {
-      c.n = i;  // entries below i hold this path
+      c.n = std::min(i, kKept);  // entries below i hold this path
       return false;
     }
-    c.frame[i] = f;
-    c.fp[i] = fp;
-    c.node[i] = n;
+    if (i < kKept) {
+      c.frame[i] = f;
+      c.fp[i] = fp;
+      c.node[i] = n;
+    }
   }
-  c.n = k;
+  c.n = std::min(k, kKept);
   *node = n;
   return true;
 }

@@ -137,6 +137,19 @@ inline bool same_code(const dc_raw_frame& a, const dc_raw_frame& b) {
          a.firstlineno == b.firstlineno;
 }
 
+// How many outermost frames of `buf` (innermost first, n frames) run the same code at the same
+// place as `outer_first[0 .. m)` (outermost first): the part of a recorded path still valid.
+inline int same_prefix(const dc_raw_frame* buf, int n, const dc_raw_frame* outer_first, int m) {
+  int common = 0;
+  while (common < n && common < m) {
+    const dc_raw_frame& a = buf[n - 1 - common];
+    const dc_raw_frame& b = outer_first[common];
+    if (a.offset != b.offset || !same_code(a, b)) break;
+    ++common;
+  }
+  return common;
+}
+
 // The fingerprint of `f`: `fp`, memoized for the frame `was` at dc_code_epoch() `fp_epoch`, when
 // `f` runs the same code and no code object has died since (`epoch`); else computed.
 inline uint64_t memoized_fingerprint(const dc_raw_frame& f, const dc_raw_frame& was, uint64_t fp,
@@ -218,21 +231,14 @@ struct ThreadState {
   }
   // How many outermost frames of `buf` (innermost first, n frames) equal the cached path.
   int cached_prefix(const dc_raw_frame* buf, int n) const {
-    int common = 0;
-    while (common < n && common < cache_n) {
-      const dc_raw_frame& a = buf[n - 1 - common];
-      const dc_raw_frame& b = cache_frame[common];
-      if (a.offset != b.offset || !same_code(a, b)) break;
-      ++common;
-    }
-    return common;
+    return same_prefix(buf, n, cache_frame, cache_n);
   }
   // Prefix cache of the last path looked up under an open op (cached_under_op): the Python
   // frames newer than the op's own frame or its scope's anchor, outermost first, below `base`.
   // A scope's body (the optimizer's single-tensor loop) runs the same outer frames for every
   // op in it, so only the frames below the first that moved are looked up again.
   struct UnderOpCache {
-    static constexpr int kFrames = 64;  // deeper paths are looked up frame by frame
+    static constexpr int kFrames = 64;  // frames past these are looked up every time
     uint32_t base = 0;
     uint32_t epoch = 0;  // dc_code_epoch() when it was filled: the frames trust code addresses
     int n = 0;
