@@ -201,26 +201,82 @@ static dc_frame_t* innermost(void* tstate_v) {
 #endif
 }
 
+/* The signal handler's probes, made cheap where the answer is known without a system call. */
+typedef struct sampled_walk {
+  void* tstate;
+  dc_code_memo* memo;  /* NULL: every code object is probed */
+  uint32_t epoch;      /* dc_code_epoch() at the start of the walk */
+} sampled_walk;
+
+#if PY_VERSION_HEX >= 0x030B0000
+/* Whether [p, p + n) lies in one of the thread's data-stack chunks, where every frame that no
+ * generator owns lives. A chunk stays mapped while it is in the thread's list (a popped chunk
+ * leaves the list before it is freed), so such a frame can be read without a probe. The current
+ * chunk is the thread's own; an older one is probed before its header is read. */
+static int in_datastack(void* tstate_v, const void* p, size_t n) {
+  const PyThreadState* ts = (const PyThreadState*)tstate_v;
+  const _PyStackChunk* c = ts->datastack_chunk;
+  for (int i = 0; i < 8 && c != NULL; ++i) {
+    if (!plausible(c) || (i > 0 && !readable(c, sizeof(*c)))) return 0;
+    const char* lo = (const char*)c;
+    if ((const char*)p >= lo && (const char*)p + n <= lo + c->size) return 1;
+    c = c->previous;
+  }
+  return 0;
+}
+#endif
+
+/* Whether frame memory can be read: always (checked 0), after a probe (1), or, in the handler's
+ * walk (2), inside the thread's data stack or after a probe. */
+static inline __attribute__((always_inline)) int frame_readable(const void* f, size_t n,
+                                                                int checked, sampled_walk* w) {
+  if (checked == 0) return 1;
+#if PY_VERSION_HEX >= 0x030B0000
+  if (checked == 2 && in_datastack(w->tstate, f, n)) return 1;
+#else
+  (void)w;
+#endif
+  return readable(f, n);
+}
+
+static inline unsigned code_slot(const void* code) {
+  return (unsigned)(((uintptr_t)code >> 4) * 0x9E3779B97F4A7C15ull >> 56); /* 256 slots */
+}
+
+/* Whether a code object can be read: always (checked 0), after a probe (1), or (2) when the
+ * thread's memo saw it live with no code object freed since (its frame still holds it, so it is
+ * that same object), else after a probe. */
+static inline __attribute__((always_inline)) int code_readable(const void* code, int checked,
+                                                               sampled_walk* w) {
+  if (checked == 0) return 1;
+  if (checked == 2 && w->memo != NULL) {
+    const dc_code_memo* m = &w->memo[code_slot(code)];
+    if (m->code == code && m->epoch == w->epoch) return 1;
+  }
+  return readable(code, sizeof(PyCodeObject));
+}
+
 /* One frame of the chain: 1 when it is described into *out, 0 when it is passed over (a shim, a
  * frame being set up, one that runs no code object), -1 when it ends the walk (a pointer that
- * cannot be live). checked: the frame and its code object are probed before they are read. */
+ * cannot be live). checked: the frame and its code object are probed before they are read (1),
+ * or as frame_readable and code_readable say (2). */
 static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_frame* out,
-                                                          int checked) {
-  if (!plausible(f) || (checked && !readable(f, sizeof(*f)))) return -1;
+                                                          int checked, sampled_walk* w) {
+  if (!plausible(f) || !frame_readable(f, sizeof(*f), checked, w)) return -1;
 #if PY_VERSION_HEX >= 0x030B0000
 #if PY_VERSION_HEX >= 0x030C0000
   if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
   PyObject* exe = f->f_executable;
-  if (exe != NULL && (!plausible(exe) || (checked && !readable(exe, sizeof(PyCodeObject))))) return -1;
+  if (exe != NULL && (!plausible(exe) || !code_readable(exe, checked, w))) return -1;
   if (exe == NULL || Py_TYPE(exe) != &PyCode_Type) return 0;
   PyCodeObject* code = (PyCodeObject*)exe;
   if (_PyFrame_IsIncomplete(f)) return 0;
   int32_t off = (int32_t)((f->instr_ptr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #else
   PyCodeObject* code = f->f_code;
-  if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
+  if (code != NULL && (!plausible(code) || !code_readable(code, checked, w) ||
                        Py_TYPE(code) != &PyCode_Type))
     return -1;
   if (code == NULL || _PyFrame_IsIncomplete(f)) return 0;
@@ -235,7 +291,7 @@ static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_
 #endif
 #else
   PyCodeObject* code = f->f_code;
-  if (code != NULL && (!plausible(code) || (checked && !readable(code, sizeof(PyCodeObject))) ||
+  if (code != NULL && (!plausible(code) || !code_readable(code, checked, w) ||
                        Py_TYPE(code) != &PyCode_Type))
     return -1;
   if (code == NULL) return 0;
@@ -254,21 +310,23 @@ static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_
 /* Inlined into each entry point, so that dc_python_frame's copy keeps only what finds the frame
  * (the other fields it fills are dead there). */
 static inline __attribute__((always_inline)) int walk(void* tstate_v, dc_raw_frame* out, int max,
-                                                      int checked) {
+                                                      int checked, sampled_walk* w) {
   int n = 0;
   for (dc_frame_t* f = innermost(tstate_v); f != NULL && n < max; f = DC_PREVIOUS(f)) {
-    const int r = describe(f, &out[n], checked);
+    const int r = describe(f, &out[n], checked, w);
     if (r < 0) break;
     n += r;
   }
   return n;
 }
 
-int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) { return walk(tstate_v, out, max, 0); }
+int dc_walk_python(void* tstate_v, dc_raw_frame* out, int max) {
+  return walk(tstate_v, out, max, 0, NULL);
+}
 
 const void* dc_python_frame(void* tstate_v) {
   dc_raw_frame f;
-  return walk(tstate_v, &f, 1, 0) > 0 ? f.frame : NULL;
+  return walk(tstate_v, &f, 1, 0, NULL) > 0 ? f.frame : NULL;
 }
 
 int dc_python_frame_on_chain(void* tstate_v, const void* frame, int max_links) {
@@ -281,7 +339,28 @@ int dc_python_frame_on_chain(void* tstate_v, const void* frame, int max_links) {
 }
 
 int dc_walk_python_checked(void* tstate_v, dc_raw_frame* out, int max) {
-  return walk(tstate_v, out, max, 1);
+  return walk(tstate_v, out, max, 1, NULL);
+}
+
+int dc_walk_python_sampled(void* tstate_v, dc_raw_frame* out, uint64_t* fingerprints, int max,
+                           dc_code_memo* memo) {
+  sampled_walk w = {tstate_v, memo, dc_code_epoch()};
+  if (w.epoch & 0x80000000u) w.memo = NULL; /* deaths unwatched: nothing learned can be trusted */
+  const int n = walk(tstate_v, out, max, 2, &w);
+  for (int i = 0; i < n; ++i) {
+    dc_code_memo* m = w.memo ? &w.memo[code_slot(out[i].code)] : NULL;
+    if (m != NULL && m->code == out[i].code && m->epoch == w.epoch) {
+      fingerprints[i] = m->fingerprint;
+      continue;
+    }
+    fingerprints[i] = dc_code_fingerprint(out[i].code, 1);
+    if (m != NULL) {
+      m->code = out[i].code;
+      m->epoch = w.epoch;
+      m->fingerprint = fingerprints[i];
+    }
+  }
+  return n;
 }
 
 static uint32_t g_code_deaths = 0; /* atomic builtins: bumped with the GIL, read by any thread */
@@ -376,7 +455,7 @@ int dc_walk_python_since(void* tstate_v, dc_chain* ch, dc_raw_frame* out, int ma
       }
     }
     if (r == DC_CHAIN_MAX || m == max) goto unusable;
-    const int d = describe(f, &out[m], 0);
+    const int d = describe(f, &out[m], 0, NULL);
     if (d < 0) break;
     frames[r] = f;
     instrs[r] = ip;

@@ -117,14 +117,16 @@ __attribute__((noinline)) void take_sample(ThreadState* s, Sample& smp, void* uc
   // skip 3: this function, the handler and the kernel's signal trampoline.
   smp.n_ips = may_unwind(s, uctx) ? native::backtrace(smp.ips, kMaxNative, 3) : 0;
   if (smp.n_ips > 0) s->native_ready.store(true, std::memory_order_release);
-  smp.n = g_opts.python ? dc_walk_python_checked(dc_this_thread_state(), smp.frames, kMaxPyDepth)
+  // (the frames' fingerprints go into `keys` first, each then becomes its frame's key)
+  smp.n = g_opts.python ? dc_walk_python_sampled(dc_this_thread_state(), smp.frames, smp.keys,
+                                                 kMaxPyDepth, s->code_memo)
                         : 0;
   // Keys and first sightings now, while the code objects are certainly alive.
   smp.n_new = 0;
   smp.text_used = 0;
   bool room = true;
   for (int i = 0; i < smp.n; ++i) {
-    smp.keys[i] = python_key(smp.frames[i], dc_code_fingerprint(smp.frames[i].code, 1));
+    smp.keys[i] = python_key(smp.frames[i], smp.keys[i]);
     if (!room || smp.n_new >= kMaxNew || known_python_key(smp.keys[i])) continue;
     if (pool_text(smp, smp.frames[i], &smp.news[smp.n_new]))
       smp.new_index[smp.n_new++] = i;

@@ -197,6 +197,10 @@ struct ThreadState {
   std::atomic<uint32_t> head{0}, tail{0};
   std::atomic<uint32_t> dropped{0};
 
+  // The signal handler's memo of code objects seen live (dc_walk_python_sampled): its only
+  // reader and writer.
+  dc_code_memo code_memo[DC_CODE_MEMO_SLOTS] = {};
+
   // Set by the owner once it has unwound outside a signal handler: libunwind is dlopen'ed, so
   // its per-thread cache lives in TLS that glibc allocates (malloc) at a thread's first touch;
   // touched first in the SIGPROF handler, that malloc can deadlock on the interrupted one.

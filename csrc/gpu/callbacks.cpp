@@ -275,8 +275,8 @@ bool skip_launch_domain(int d, uint8_t cls) {
   return both ? false : runtime ? d == 1 : d == 0;
 }
 
-const char* gpu_diag() {
-  static const char* v = std::getenv("DEEPCONTEXT_GPU_DIAG");
+const char* gpu_diag() {  // (read at each start: a benchmark varies it between sessions)
+  const char* v = std::getenv("DEEPCONTEXT_GPU_DIAG");
   return v != nullptr ? v : "";
 }
 

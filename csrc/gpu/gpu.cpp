@@ -2,6 +2,7 @@
 // callbacks and activity kinds, flush with a bounded wait, and unsubscribe at stop so another
 // CUPTI client (torch.profiler, Nsight) can start afterwards.
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -131,8 +132,11 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
   g_registered_once = true;
   // Diagnostic (DEEPCONTEXT_GPU_DIAG=no-activity): callbacks without activity records.
   const bool records = std::strcmp(gpu::gpu_diag(), "no-activity") != 0;
-  for (CUpti_ActivityKind k : gpu::activity_kinds())
-    if (records && (r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
+  const bool kernels_only = std::strcmp(gpu::gpu_diag(), "kernels-only") == 0;
+  for (CUpti_ActivityKind k : gpu::activity_kinds()) {
+    if (!records || (kernels_only && k != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) continue;
+    if ((r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
+  }
   g_active = true;
   return "";
 }
@@ -150,6 +154,9 @@ void gpu_stop(double wait_s) {
   gpu::CuptiApi& api = gpu::cupti();
   disable_all();
   api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // Measuring aid (DEEPCONTEXT_CUPTI_FINALIZE=1): detach CUPTI from the process at stop.
+  const char* fin = std::getenv("DEEPCONTEXT_CUPTI_FINALIZE");
+  if (fin != nullptr && fin[0] == '1' && api.cuptiFinalize != nullptr) api.cuptiFinalize();
   g_active = false;
   int64_t missing = gpu::g_issued.load() - gpu::g_settled.load();
   if (missing > 0) {

@@ -34,7 +34,7 @@ namespace gpu {
   X(cuptiPCSamplingEnable) X(cuptiPCSamplingDisable) X(cuptiPCSamplingGetData)                \
   X(cuptiPCSamplingGetNumStallReasons) X(cuptiPCSamplingGetStallReasons)                      \
   X(cuptiPCSamplingSetConfigurationAttribute) X(cuptiGetCubinCrc) X(cuptiPCSamplingStart)       \
-  X(cuptiPCSamplingStop)
+  X(cuptiPCSamplingStop) X(cuptiFinalize)
 
 struct CuptiApi {
   void* handle = nullptr;
@@ -169,8 +169,9 @@ extern std::atomic<uint32_t> g_generation;  // bumped at each start: stale per-t
 
 // Callback layer (callbacks.cpp): classify API ids, enable them on `sub`.
 CUptiResult enable_callbacks(CUpti_SubscriberHandle sub);
-// DEEPCONTEXT_GPU_DIAG: "" (normal), "no-callbacks", "empty-callbacks" or "no-activity"; a
-// measuring aid for the launch path's cost (benchmarks/launch_breakdown.py), never a user setting.
+// DEEPCONTEXT_GPU_DIAG: "" (normal), "no-callbacks", "empty-callbacks", "no-activity" or
+// "kernels-only" (no copy and memset records); a measuring aid for the launch path's cost
+// (benchmarks/where.py), never a user setting.
 const char* gpu_diag();
 void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data);
