@@ -181,8 +181,10 @@ typedef _PyInterpreterFrame dc_frame_t;
 #define DC_PREVIOUS(f) ((f)->previous)
 #if PY_VERSION_HEX >= 0x030D0000
 #define DC_INSTR(f) ((const void*)(f)->instr_ptr)
+#define DC_INSTR_FIELD(f) (&(f)->instr_ptr)
 #else
 #define DC_INSTR(f) ((const void*)(f)->prev_instr)
+#define DC_INSTR_FIELD(f) (&(f)->prev_instr)
 #endif
 #else
 typedef PyFrameObject dc_frame_t;
@@ -239,9 +241,6 @@ static inline __attribute__((always_inline)) int frame_readable(const void* f, s
   return readable(f, n);
 }
 
-static inline unsigned code_slot(const void* code) {
-  return (unsigned)(((uintptr_t)code >> 4) * 0x9E3779B97F4A7C15ull >> 56); /* 256 slots */
-}
 
 /* Whether a code object can be read: always (checked 0), after a probe (1), or (2) when the
  * thread's memo saw it live with no code object freed since (its frame still holds it, so it is
@@ -250,7 +249,7 @@ static inline __attribute__((always_inline)) int code_readable(const void* code,
                                                                sampled_walk* w) {
   if (checked == 0) return 1;
   if (checked == 2 && w->memo != NULL) {
-    const dc_code_memo* m = &w->memo[code_slot(code)];
+    const dc_code_memo* m = &w->memo[dc_code_memo_slot(code)];
     if (m->code == code && m->epoch == w->epoch) return 1;
   }
   return readable(code, sizeof(PyCodeObject));
@@ -348,7 +347,7 @@ int dc_walk_python_sampled(void* tstate_v, dc_raw_frame* out, uint64_t* fingerpr
   if (w.epoch & 0x80000000u) w.memo = NULL; /* deaths unwatched: nothing learned can be trusted */
   const int n = walk(tstate_v, out, max, 2, &w);
   for (int i = 0; i < n; ++i) {
-    dc_code_memo* m = w.memo ? &w.memo[code_slot(out[i].code)] : NULL;
+    dc_code_memo* m = w.memo ? &w.memo[dc_code_memo_slot(out[i].code)] : NULL;
     if (m != NULL && m->code == out[i].code && m->epoch == w.epoch) {
       fingerprints[i] = m->fingerprint;
       continue;
@@ -417,6 +416,14 @@ static inline unsigned chain_slot(const void* f) {
  * is (a frame returned and another pushed at its address: the same code called again from a
  * moved line, or from another caller), so that the frames up to it are known to be new. */
 static int differs_outside(const dc_frame_t* f, const dc_chain* ch, int at) {
+  /* The frames are most likely where they were: their lines are asked for all at once, so the
+   * walk below, one dependent load after another, finds them in the cache (a prefetch of a
+   * stale address is harmless). GPT-2 generate's ~90 frames cost ~0.3 us an event without. */
+  for (int i = at - 1; i >= 0; --i) {
+    const dc_frame_t* r = (const dc_frame_t*)ch->frame[i];
+    __builtin_prefetch(&r->previous);
+    __builtin_prefetch(DC_INSTR_FIELD(r));
+  }
   const dc_frame_t* g = f->previous;
   int k = 1;
   for (int i = at - 1; i >= 0; --i, ++k) {

@@ -94,6 +94,9 @@ typedef struct dc_code_memo {
   uint64_t fingerprint;
 } dc_code_memo;
 #define DC_CODE_MEMO_SLOTS 256
+static inline unsigned dc_code_memo_slot(const void* code) {
+  return (unsigned)(((uintptr_t)code >> 4) * 0x9E3779B97F4A7C15ull >> 56);
+}
 // dc_walk_python_checked for the CPU sampler's handler, with each frame's dc_code_fingerprint in
 // `fingerprints`, and without a system call for what is already known to be readable: a frame in
 // the thread's data stack (3.11+: every frame no generator owns), a code object that `memo`

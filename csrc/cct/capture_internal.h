@@ -38,8 +38,12 @@ uint32_t thread_node(const char* name);
 
 // op_tally.cpp: folds s's operator tally (OpTally) into the tree (the registry's drain lock held).
 void fold_op_tallies(ThreadState* s);
-// An exit of `node` counted in the calling thread's tally; false when it has no room (op_tally.cpp).
-bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, int created_nodes);
+// The calling thread's tally slot for `node`, taken at its first use; null when the tally has no
+// room (op_tally.cpp).
+OpTallySlot* tally_slot(ThreadState* s, uint32_t node);
+// An exit of `node` counted in the calling thread's tally (in `slot` when it is that node's, as
+// tally_slot gave it at the entry); false when it has no room.
+bool tally_exit(ThreadState* s, OpTallySlot* slot, uint32_t node, int64_t own_ns, int created_nodes);
 
 // sampler_thread.cpp: the native sampler thread (drains, polls workers, scans, reaps).
 void start_sampler_thread();

@@ -33,9 +33,10 @@ uint32_t live_child(TreeWriter& t, ThreadState* s, uint32_t parent, const dc_raw
 // intern_under for live frames, memoized.
 uint32_t intern_under_memoized(TreeWriter& t, ThreadState* s, uint32_t base,
                                const dc_raw_frame* buf, int from) {
+  const uint32_t epoch = dc_code_epoch();
   uint32_t node = base;
   for (int i = from - 1; i >= 0; --i)
-    node = live_child(t, s, node, buf[i], dc_code_fingerprint(buf[i].code, 0));
+    node = live_child(t, s, node, buf[i], code_fingerprint(s->op_code_memo, buf[i].code, epoch));
   return node;
 }
 
@@ -111,13 +112,24 @@ int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from
       continue;  // (node[i] and fingerprint[i] hold)
     }
     const uint64_t fp =
-        memoized_fingerprint(f, o, c.fingerprint[i], c.fingerprint_epoch[i], c.deaths);
-    uint32_t child;
-    if (t == nullptr) {
-      child = s->py_children.find(parent, python_key(f, fp));
-      if (child == ChildCache::kNone) return i;
-    } else {
-      child = live_child(*t, s, parent, f, fp);
+        memoized_fingerprint(f, o, c.fingerprint[i], c.fingerprint_epoch[i], c.deaths, s->op_code_memo);
+    const uint64_t key = python_key(f, fp);
+    // What came after the node recorded here before, under the same parent (the next line of a
+    // function whose lines run in the same order every step): no hashed lookup.
+    NodeMemo* before = s->node_memo.at(c.node[i]);
+    const uint64_t after = after_key(key, parent);
+    uint32_t child = before != nullptr && before->next_key == after ? before->next_node : 0;
+    if (child == 0) {
+      if (t == nullptr) {
+        child = s->py_children.find(parent, key);
+        if (child == ChildCache::kNone) return i;
+      } else {
+        child = live_child(*t, s, parent, f, fp);
+      }
+      if (before != nullptr) {
+        before->next_key = after;
+        before->next_node = child;
+      }
     }
     c.node[i] = child;
     c.parent[i] = parent;
@@ -214,8 +226,9 @@ bool cached_under_op(ThreadState* s, uint32_t op_node, const dc_raw_frame* buf, 
   uint32_t n = common > 0 ? c.node[common - 1] : op_node;
   for (int i = common; i < k; ++i) {
     const dc_raw_frame& f = buf[k - 1 - i];
-    const uint64_t fp = i < c.n ? memoized_fingerprint(f, c.frame[i], c.fp[i], c.epoch, epoch)
-                                : dc_code_fingerprint(f.code, 0);
+    const uint64_t fp = i < c.n ? memoized_fingerprint(f, c.frame[i], c.fp[i], c.epoch, epoch,
+                                                       s->op_code_memo)
+                                : code_fingerprint(s->op_code_memo, f.code, epoch);
     n = s->py_children.find(n, python_key(f, fp));
     if (n == ChildCache::kNone) {
       c.n = std::min(i, kKept);  // entries below i hold this path

@@ -21,11 +21,17 @@ class Lookup {
     return *w_;
   }
 
+  // The child of `parent` for frame `frame` (an operator's, the backward marker): from the
+  // thread's memo by node (node_memo.h), then its hashed memo, then the tree.
   uint32_t child(uint32_t parent, uint32_t frame) {
-    uint32_t node = s_->op_children.find(parent, frame);
-    if (node != ChildCache::kNone) return node;
-    node = writer().child(parent, frame);
-    s_->op_children.put(parent, frame, node);
+    uint32_t node = s_->node_memo.op_child(parent, frame);
+    if (node != 0) return node;
+    node = s_->op_children.find(parent, frame);
+    if (node == ChildCache::kNone) {
+      node = writer().child(parent, frame);
+      s_->op_children.put(parent, frame, node);
+    }
+    s_->node_memo.put_op_child(parent, frame, node);
     return node;
   }
 

@@ -8,33 +8,31 @@
 
 namespace dc::detail {
 
-// Counts an exit of `node` in the thread's tally (OpTally); false when the tally is full.
-bool tally_exit(ThreadState* s, uint32_t node, int64_t own_ns, int created_nodes) {
+OpTallySlot* tally_slot(ThreadState* s, uint32_t node) {
   // (a thread the registry could not map has a state no drain sees)
-  if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return false;
+  if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return nullptr;
   OpTally* t = s->tally;
   if (t == nullptr) {
     t = static_cast<OpTally*>(std::calloc(1, sizeof(OpTally)));  // zero pages, touched lazily
-    if (t == nullptr) return false;
+    if (t == nullptr) return nullptr;
     __atomic_store_n(&s->tally, t, __ATOMIC_RELEASE);
   }
-  uint32_t i = (node * 0x9E3779B1u) >> (32 - 14);
-  static_assert(OpTally::kSlots == 1u << 14, "the hash above takes 14 bits");
-  OpTally::Slot* sl = nullptr;
-  for (int probe = 0; probe < 32; ++probe, i = (i + 1) & (OpTally::kSlots - 1)) {
-    OpTally::Slot& c = t->slots[i];
-    if (c.node == node) {
-      sl = &c;
-      break;
-    }
-    if (c.node == 0) {
-      __atomic_store_n(&c.node, node, __ATOMIC_RELAXED);
-      t->order[t->used] = i;
-      __atomic_store_n(&t->used, t->used + 1, __ATOMIC_RELEASE);
-      sl = &c;
-      break;
-    }
+  // The node's slot from the thread's memo by node, else the next free one.
+  NodeMemo* m = s->node_memo.at(node);
+  if (m == nullptr) return nullptr;
+  if (m->tally == 0) {
+    const uint32_t used = t->used;
+    if (used == OpTally::kSlots) return nullptr;
+    t->slots[used].node = node;
+    __atomic_store_n(&t->used, used + 1, __ATOMIC_RELEASE);
+    m->tally = used + 1;
   }
+  return &t->slots[m->tally - 1];
+}
+
+// Counts an exit of `node` in the thread's tally (OpTally); false when the tally is full.
+bool tally_exit(ThreadState* s, OpTallySlot* sl, uint32_t node, int64_t own_ns, int created_nodes) {
+  if (sl == nullptr || sl->node != node) sl = tally_slot(s, node);
   if (sl == nullptr) return false;
   const uint32_t gen = tree().metrics_generation();
   if (sl->first_gen != gen) {  // this thread's first call here since the metrics began
@@ -54,7 +52,7 @@ void fold_op_tallies(ThreadState* s) {
   const uint32_t used = __atomic_load_n(&t->used, __ATOMIC_ACQUIRE);
   std::optional<TreeWriter> w;
   for (uint32_t j = 0; j < used; ++j) {
-    OpTally::Slot& sl = t->slots[t->order[j]];
+    OpTally::Slot& sl = t->slots[j];
     const int64_t count = __atomic_load_n(&sl.count, __ATOMIC_ACQUIRE);
     if (count == sl.f_count) continue;  // (what else grew belongs to an exit still counting)
     const int64_t ns = __atomic_load_n(&sl.ns, __ATOMIC_RELAXED);

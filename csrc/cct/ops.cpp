@@ -234,6 +234,9 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;
   e.scope = false;
+  // Its exit counts it in this slot; fetched now, the line is there by then.
+  e.tally = pending ? nullptr : tally_slot(s, node);
+  if (e.tally != nullptr) __builtin_prefetch(e.tally, 1);
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
@@ -297,7 +300,7 @@ void op_exit(uint64_t handle, int seq_consumed) {
     Lookup lk(s);
     if (e.pending) resolve_pending(lk, e, -1, 0);
     const int64_t own = elapsed - e.child_ns;
-    if (!tally_exit(s, e.node, own, created)) {  // the thread's tally is full
+    if (!tally_exit(s, e.tally, e.node, own, created)) {  // the thread's tally is full
       TreeWriter& t = lk.writer();
       if (created > 0) t.add(e.node, m_autograd_nodes, created);
       if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own * 1e-9);
@@ -348,6 +351,7 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
   e.fwd_seq = -1;
   e.rf_tid = 0;
   e.scope = true;
+  e.tally = nullptr;
   e.t0_ns = now_ns();
   s->depth.store(d + 1, std::memory_order_release);
 }

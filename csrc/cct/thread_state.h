@@ -12,6 +12,7 @@
 #include "../callpath/python_walk.h"
 #include "child_cache.h"
 #include "native_context.h"
+#include "node_memo.h"
 
 namespace dc {
 
@@ -57,6 +58,14 @@ struct ScopeAnchor {
   const void* frame_code[kFrames];
 };
 
+// One context's counts in a thread's operator tally (OpTally, below).
+struct OpTallySlot {
+  uint32_t node;       // the op's context node
+  uint32_t first_gen;  // owner-only: metrics generation of its last first call here
+  int64_t count, ns, first_ns, autograd;
+  int64_t f_count, f_ns, f_first_ns, f_autograd;
+};
+
 struct OpEntry {
   PolledU32 node;        // while `pending`: the ordinary parent context
   uint32_t frame;        // the op's frame id
@@ -79,6 +88,7 @@ struct OpEntry {
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
   bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
+  OpTallySlot* tally;    // its node's slot, found (and prefetched) at entry; null: look it up
 };
 
 // A thread's operator metrics, kept by the thread itself so that an operator's exit takes no
@@ -88,15 +98,11 @@ struct OpEntry {
 // thread's first exit, so pages are touched only as slots are used.
 struct OpTally {
   static constexpr uint32_t kSlots = 1 << 14;  // full: the exit takes the tree lock instead
-  struct Slot {
-    uint32_t node;       // 0: empty (an op's node is never the root)
-    uint32_t first_gen;  // owner-only: metrics generation of its last first call here
-    int64_t count, ns, first_ns, autograd;
-    int64_t f_count, f_ns, f_first_ns, f_autograd;
-  };
+  using Slot = OpTallySlot;
+  // Taken in order of first use (a node's slot is in its NodeMemo), so a step's exits walk them
+  // nearly in order; slots below `used` are published (release) for the drain.
   Slot slots[kSlots];
-  uint32_t order[kSlots];  // used slots in the order taken, for the drain
-  uint32_t used;           // entries of `order` published (release)
+  uint32_t used;
 };
 
 // One CPU sample, written by the signal handler on the sampled thread (only plain stores into
@@ -150,12 +156,22 @@ inline int same_prefix(const dc_raw_frame* buf, int n, const dc_raw_frame* outer
   return common;
 }
 
+// The fingerprint of code object `code`, live at dc_code_epoch() `epoch`: from `memo` (its
+// owner's: DC_CODE_MEMO_SLOTS entries, or null) when it holds that code object at that epoch (no
+// code object has died since, so the address is still that object), else computed and kept.
+inline uint64_t code_fingerprint(dc_code_memo* memo, void* code, uint32_t epoch) {
+  if (memo == nullptr || (epoch & 0x80000000u)) return dc_code_fingerprint(code, 0);  // (unwatched)
+  dc_code_memo& m = memo[dc_code_memo_slot(code)];
+  if (m.code != code || m.epoch != epoch) m = dc_code_memo{code, epoch, dc_code_fingerprint(code, 0)};
+  return m.fingerprint;
+}
+
 // The fingerprint of `f`: `fp`, memoized for the frame `was` at dc_code_epoch() `fp_epoch`, when
-// `f` runs the same code and no code object has died since (`epoch`); else computed.
+// `f` runs the same code and no code object has died since (`epoch`); else code_fingerprint's.
 inline uint64_t memoized_fingerprint(const dc_raw_frame& f, const dc_raw_frame& was, uint64_t fp,
-                                     uint32_t fp_epoch, uint32_t epoch) {
+                                     uint32_t fp_epoch, uint32_t epoch, dc_code_memo* memo) {
   if (was.code != nullptr && fp_epoch == epoch && same_code(f, was)) return fp;
-  return dc_code_fingerprint(f.code, 0);
+  return code_fingerprint(memo, f.code, epoch);
 }
 
 // How the thread's CPU time is measured.
@@ -200,6 +216,8 @@ struct ThreadState {
   // The signal handler's memo of code objects seen live (dc_walk_python_sampled): its only
   // reader and writer.
   dc_code_memo code_memo[DC_CODE_MEMO_SLOTS] = {};
+  // The owner's own, for the operator path's fingerprints (code_fingerprint).
+  dc_code_memo op_code_memo[DC_CODE_MEMO_SLOTS] = {};
 
   // Set by the owner once it has unwound outside a signal handler: libunwind is dlopen'ed, so
   // its per-thread cache lives in TLS that glibc allocates (malloc) at a thread's first touch;
@@ -230,8 +248,9 @@ struct ThreadState {
   // The fingerprint of `f`, a frame at depth i (outermost 0) of a path being cached: the one
   // cached at i when that frame ran the same code (only its line moved, the common case) and no
   // code object has died since; else computed.
-  uint64_t fingerprint_at(int i, const dc_raw_frame& f, uint32_t epoch) const {
-    return memoized_fingerprint(f, cache_frame[i], cache_fp[i], cache_fp_epoch[i], epoch);
+  uint64_t fingerprint_at(int i, const dc_raw_frame& f, uint32_t epoch) {
+    return memoized_fingerprint(f, cache_frame[i], cache_fp[i], cache_fp_epoch[i], epoch,
+                                op_code_memo);
   }
   // How many outermost frames of `buf` (innermost first, n frames) equal the cached path.
   int cached_prefix(const dc_raw_frame* buf, int n) const {
@@ -270,6 +289,9 @@ struct ThreadState {
   // hit is exact (child_cache.h).
   ChildCache op_children;
   ChildCache py_children;
+  // In front of both (and of the tally's slots): by node id, near in memory for events near in
+  // time (node_memo.h).
+  NodeMemoTable node_memo;
   // Memo of native placements: hash of everything a placement depends on (both stacks, the
   // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
   // 1 us, a hit the hash; nodes are never removed, so a hit stays valid. Sets of 4 (lookup.h:

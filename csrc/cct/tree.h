@@ -122,7 +122,8 @@ class Tree {
     uintptr_t ip = 0;       // native frames: the return address
   };
   std::mutex mu_;
-  std::atomic<uint32_t> generation_{1};
+  // Read by every operator exit: on a line of its own, which the lock's other users never write.
+  alignas(64) std::atomic<uint32_t> generation_{1};
   std::vector<Node> nodes_;
   std::vector<Frame> frames_;
   std::vector<std::string> metric_names_;
