@@ -77,6 +77,48 @@ void flush_locked(double wait_s) {
   }
 }
 
+// -- detaching CUPTI at stop --------------------------------------------------------------------
+// Once attached, CUPTI stays in every driver call of the program after it is unsubscribed and
+// its records disabled: GPT-2 generate on the H200 spent 11 ms of a 140 ms step in libcupti
+// with nothing enabled after a session, about what it costs while tracing (benchmarks/where.py,
+// results/h200-2026-12-03-where.md). cuptiFinalize detaches it; its header asks for the call to
+// be made at the exit site of a CUDA call, so a driver call is issued for the purpose and the
+// detach happens in its exit callback. A later session attaches CUPTI again.
+// DEEPCONTEXT_CUPTI_DETACH=0 keeps it attached (a measuring aid).
+std::atomic<bool> g_detach_requested{false};
+std::atomic<bool> g_detached{false};
+
+void CUPTIAPI on_detach_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                 const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cbid != CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion ||
+      cb == nullptr || cb->callbackSite != CUPTI_API_EXIT || !g_detach_requested.exchange(false))
+    return;
+  gpu::cupti().cuptiFinalize();
+  g_detached.store(true);
+}
+
+void detach() {
+  gpu::CuptiApi& api = gpu::cupti();
+  const char* keep = std::getenv("DEEPCONTEXT_CUPTI_DETACH");
+  if (api.cuptiFinalize == nullptr || (keep != nullptr && keep[0] == '0')) return;
+  CUpti_SubscriberHandle sub = nullptr;
+  int version = 0;
+  g_detached.store(false);
+  if (gpu::driver().cuDriverGetVersion != nullptr &&
+      api.cuptiSubscribe(&sub, on_detach_callback, nullptr) == CUPTI_SUCCESS) {
+    if (api.cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion) == CUPTI_SUCCESS) {
+      g_detach_requested.store(true);
+      gpu::driver().cuDriverGetVersion(&version);
+    }
+    g_detach_requested.store(false);
+    if (!g_detached.load()) api.cuptiUnsubscribe(sub);
+  }
+  // (no exit site came: the records were flushed and the subscriptions removed above)
+  if (!g_detached.load()) api.cuptiFinalize();
+}
+
 std::string fail(const std::string& what, CUptiResult r) {
   disable_all();
   return "GPU capture off: " + what + " failed (" + gpu::result_name(r) + "); profiling CPU only";
@@ -154,11 +196,11 @@ void gpu_stop(double wait_s) {
   gpu::CuptiApi& api = gpu::cupti();
   disable_all();
   api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  // Measuring aid (DEEPCONTEXT_CUPTI_FINALIZE=1): detach CUPTI from the process at stop.
-  const char* fin = std::getenv("DEEPCONTEXT_CUPTI_FINALIZE");
-  if (fin != nullptr && fin[0] == '1' && api.cuptiFinalize != nullptr) api.cuptiFinalize();
-  g_active = false;
   int64_t missing = gpu::g_issued.load() - gpu::g_settled.load();
+  // (records that never came went to another client, torch.profiler say, whose CUPTI use a
+  // detach would end: then it stays attached)
+  if (missing <= 0) detach();
+  g_active = false;
   if (missing > 0) {
     add_note("GPU capture: " + std::to_string(missing) +
              " kernel launches got no activity record (another CUPTI client such as "
