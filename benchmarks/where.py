@@ -1,14 +1,14 @@
-"""Where the main thread's CPU time goes under each capture mode, by library and symbol: a
+"""Where the main thread's time goes under each capture mode, by library and symbol: a
 direct attribution of the profiler's cost that needs no paired timing.
 
 A high-resolution timer samples the main thread's instruction pointer every interval of wall
 time (``_pc_sampler.c``, compiled here at first use with the system C compiler; no perf, no
-PMU); a sample that finds the thread blocked lands in the C library's waiting call. Each address is mapped to its
-library through /proc/self/maps and to a symbol with ``nm``. The time found in the profiler's
-own code (deepcontext's core and torch hook, CUPTI, torch's RecordFunction) is its direct cost
-per step; the CUDA driver's time per launch, against the unprofiled blocks', is what CUPTI adds
-inside the driver. Costs that show up elsewhere (caches the profiler evicts) stay in the
-remainder, which ``models.py``'s paired timing measures.
+PMU); a sample that finds the thread blocked lands in the C library's waiting call. Each
+address is mapped to its library through /proc/self/maps and to a symbol with ``nm``. The
+time found in the profiler's own code (deepcontext's core and torch hook, CUPTI, torch's
+RecordFunction) is its direct cost per step; the CUDA driver's time per launch, against the
+unprofiled blocks', is what CUPTI adds inside the driver. Costs that show up elsewhere (caches
+the profiler evicts) stay in the remainder, which ``models.py``'s paired timing measures.
 
     python benchmarks/where.py --device cuda --models gpt2_train,gpt2_generate --steps 30
     python benchmarks/where.py --device cpu --small --models gpt2_train --mode op --mode python,op
@@ -40,9 +40,9 @@ CATEGORIES = [
     ("CUPTI", r"libcupti", None),
     ("CUDA driver", r"libcuda\.so", None),
     ("CUDA runtime", r"libcudart", None),
-    ("RecordFunction", r"libtorch|libc10", r"RecordFunction|StepCallbacks|callWithDispatchKeySlowPath"
-                                          r"|getStepCallbacks|record_function_tls|CallbackManager"
-                                          r"|ObserverContext|sequence_number"),
+    ("RecordFunction", r"libtorch|libc10",
+     r"RecordFunction|StepCallbacks|callWithDispatchKeySlowPath|getStepCallbacks"
+     r"|record_function_tls|CallbackManager|ObserverContext|sequence_number"),
     ("Python", r"libpython|/python3\.\d+$", None),
     ("torch", r"libtorch|libc10|_C\.cpython", None),
     ("libc, libstdc++", r"libc\.so|libstdc\+\+|libm\.so|ld-linux", None),
@@ -156,12 +156,12 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         context, _, interval = spec.partition("@")
         kw = {"sample_interval": float(interval)} if interval else {}
         out = tmp / f"where-{time.monotonic_ns()}.dcprof"
-        # DEEPCONTEXT_GPU_DIAG's measuring switches (csrc/gpu/gpu_internal.h); 'finalize'
-        # detaches CUPTI at the session's stop.
+        # DEEPCONTEXT_GPU_DIAG's measuring switches (csrc/gpu/gpu_internal.h); 'attached'
+        # leaves CUPTI attached after the session's stop (csrc/gpu/gpu.cpp: detach).
         os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
-        os.environ.pop("DEEPCONTEXT_CUPTI_FINALIZE", None)
-        if diag == "finalize":
-            os.environ["DEEPCONTEXT_CUPTI_FINALIZE"] = "1"
+        os.environ.pop("DEEPCONTEXT_CUPTI_DETACH", None)
+        if diag == "attached":
+            os.environ["DEEPCONTEXT_CUPTI_DETACH"] = "0"
         elif diag:
             os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
         with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5, **kw):
@@ -181,8 +181,9 @@ def main() -> int:
     p.add_argument("--mode", action="append",
                    help="'off', 'pristine' (unprofiled, before the first session: its blocks run "
                    "first), or a context spec CONTEXT[@INTERVAL][%%DIAG] where DIAG is one of "
-                   "DEEPCONTEXT_GPU_DIAG's values or 'finalize'; '#LABEL' tells two blocks of one "
-                   "mode apart (repeatable; default: off, python,op,gpu)")
+                   "DEEPCONTEXT_GPU_DIAG's values or 'attached' (CUPTI not detached at stop); "
+                   "'#LABEL' tells two blocks of one mode apart (repeatable; default: off, "
+                   "python,op,gpu)")
     p.add_argument("--fixed-order", action="store_true",
                    help="run the modes in the order given in every round (default: rotated)")
     p.add_argument("--steps", type=int, default=30)
@@ -212,9 +213,9 @@ def main() -> int:
     from overhead import machine
     lines += [f"- {m}" for m in machine()]
     lines += [f"- {args.steps} steps a block, {args.rounds} blocks per mode (alternating); "
-              f"the main thread sampled every {args.interval_us} us of wall time; us/step = samples x "
-              "interval / steps, so the columns add up to the wall time per step (thread_time: "
-              "its CPU time).", ""]
+              f"the main thread sampled every {args.interval_us} us of wall time; us/step = "
+              "samples x interval / steps, so the columns add up to the wall time per step "
+              "(thread_time: its CPU time).", ""]
     dump: dict = {"command": shlex.join(["python", *sys.argv]), "models": {}}
     with tempfile.TemporaryDirectory(prefix="dc-where-") as d:
         tmp = Path(d)
@@ -238,7 +239,8 @@ def main() -> int:
                 for mode in rotating[k:] + rotating[:k]:
                     runs[mode].append(run_mode(mode, step, args.steps, args.device, sampler,
                                                args.interval_us * 1000, tmp))
-                    print(f"{name} round {r + 1} {mode}: {runs[mode][-1]['cpu'] * 1e3:.2f} CPU ms/step",
+                    cpu_ms = runs[mode][-1]["cpu"] * 1e3
+                    print(f"{name} round {r + 1} {mode}: {cpu_ms:.2f} CPU ms/step",
                           file=sys.stderr, flush=True)
             mapper = Mapper()
             lines += report(name, runs, modes, base, mapper, args, dump)
@@ -266,7 +268,8 @@ def report(name: str, runs: dict, modes: list[str], base: str, mapper: Mapper, a
     names = [c for c, _, _ in CATEGORIES] + ["other"]
     for c in names:
         if any(cats_by_mode[m][c] for m in modes):
-            out.append(f"| {c} | " + " | ".join(f"{cats_by_mode[m][c] * per:.0f}" for m in modes) + " |")
+            cells = " | ".join(f"{cats_by_mode[m][c] * per:.0f}" for m in modes)
+            out.append(f"| {c} | {cells} |")
     out.append("| **sampled total** | " + " | ".join(
         f"**{sum(cats_by_mode[m].values()) * per:.0f}**" for m in modes) + " |")
     out.append("| thread_time | " + " | ".join(
@@ -275,7 +278,8 @@ def report(name: str, runs: dict, modes: list[str], base: str, mapper: Mapper, a
     dump["models"][name] = {m: {"categories": dict(cats_by_mode[m]),
                                 "cpu": [r["cpu"] for r in runs[m]],
                                 "wall": [r["wall"] for r in runs[m]],
-                                "symbols": [[lib, s, n] for (lib, s), n in syms_by_mode[m].most_common(200)]}
+                                "symbols": [[lib, s, n] for (lib, s), n
+                                            in syms_by_mode[m].most_common(200)]}
                             for m in modes}
     for mode in modes:
         if mode == base:
