@@ -7,8 +7,10 @@
 // read it. Every hit is exact: an entry stores a lookup's own answer with everything it was keyed
 // by, and nodes are never removed.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 namespace dc {
 
@@ -29,23 +31,19 @@ static_assert(sizeof(NodeMemo) == 32, "two to a cache line");
 
 class NodeMemoTable {
  public:
-  static constexpr uint32_t kPageBits = 10;  // 1,024 nodes (32 KiB) a page, allocated at first use
-  static constexpr uint32_t kPages = 1u << 14;  // nodes past 16M ids are looked up the slow way
+  static constexpr uint32_t kPageBits = 8;  // 256 nodes (8 KiB) a page, allocated at first use
+  static constexpr uint32_t kMaxPages = 1u << 16;  // past 16M node ids: the slow way
 
   // The entry of `node`, allocated on first use; null past the table or when memory is short.
   NodeMemo* at(uint32_t node) {
     const uint32_t page = node >> kPageBits;
-    if (page >= kPages) return nullptr;
-    if (pages_ == nullptr) {
-      pages_ = static_cast<NodeMemo**>(std::calloc(kPages, sizeof(NodeMemo*)));
-      if (pages_ == nullptr) return nullptr;
+    if (page >= pages_.size()) {
+      if (page >= kMaxPages) return nullptr;
+      pages_.resize(std::max<size_t>(page + 1, 2 * pages_.size()), nullptr);
     }
-    NodeMemo* p = pages_[page];
-    if (p == nullptr) {
-      p = static_cast<NodeMemo*>(std::calloc(1u << kPageBits, sizeof(NodeMemo)));
-      if (p == nullptr) return nullptr;
-      pages_[page] = p;
-    }
+    NodeMemo*& p = pages_[page];
+    if (p == nullptr) p = static_cast<NodeMemo*>(std::calloc(1u << kPageBits, sizeof(NodeMemo)));
+    if (p == nullptr) return nullptr;
     return &p[node & ((1u << kPageBits) - 1)];
   }
 
@@ -69,7 +67,9 @@ class NodeMemoTable {
   }
 
  private:
-  NodeMemo** pages_ = nullptr;  // never freed: states are recycled, never destroyed
+  // Grown as node ids grow (small pages: a thread that runs a few contexts holds a few of them).
+  // Never freed: states are recycled, never destroyed.
+  std::vector<NodeMemo*> pages_;
 };
 
 }  // namespace dc

@@ -345,9 +345,12 @@ void reap() {
   for (size_t i = 0; i < g_all.size(); ++i) {
     ThreadState* s = g_all[i];
     if (s->phase.load() == Phase::Free) continue;
+    // (acquire: the owner's exit mark, a release after its last use of the state, orders that
+    // use before the state's reuse; a thread's absence from /proc orders nothing by itself)
+    const bool exited = s->exited.load(std::memory_order_acquire);
     bool gone = !tid_alive(s->tid);
     // An exited owner whose id now belongs to a newer thread (the start time tells them apart).
-    if (!gone && s->exited.load()) gone = start_ticks(s->tid) != s->start_ticks;
+    if (!gone && exited) gone = start_ticks(s->tid) != s->start_ticks;
     if (gone) reap_locked(g, s);
   }
 }

@@ -128,12 +128,17 @@ def test_stale_build_lock_from_a_killed_build_does_not_hang(tmp_path):
     assert not (hook_dir / "lock").exists()
 
 
-def test_thread_churn_is_exact_and_memory_stays_flat(tmp_path):
-    proc, out = record(tmp_path, "thread_churn.py")
+def test_thread_churn_memory_stays_flat(tmp_path):
+    proc, _ = record(tmp_path, "thread_churn.py")
     assert proc.returncode == 0, proc.stderr
     rss_mb = [int(v) for v in proc.stdout.split()]
     # 200 threads a round: each exiting thread's state is reused, so rounds 2-4 add ~nothing
     assert rss_mb[-1] - rss_mb[1] < 20, rss_mb
+
+
+def test_thread_churn_is_exact(tmp_path):
+    proc, out = record(tmp_path, "thread_churn.py")
+    assert proc.returncode == 0, proc.stderr
     tree = loaded(out)
     (line,) = python_nodes(tree, "thread_churn.py", line_of("thread_churn.py", "ADD"))
     (add,) = children_named(tree, line, "op", "aten::add")
