@@ -241,7 +241,6 @@ static inline __attribute__((always_inline)) int frame_readable(const void* f, s
   return readable(f, n);
 }
 
-
 /* Whether a code object can be read: always (checked 0), after a probe (1), or (2) when the
  * thread's memo saw it live with no code object freed since (its frame still holds it, so it is
  * that same object), else after a probe. */
@@ -335,10 +334,6 @@ int dc_python_frame_on_chain(void* tstate_v, const void* frame, int max_links) {
     if (!plausible(f)) return 0; /* (where a walk ends too) */
   }
   return 0;
-}
-
-int dc_walk_python_checked(void* tstate_v, dc_raw_frame* out, int max) {
-  return walk(tstate_v, out, max, 1, NULL);
 }
 
 int dc_walk_python_sampled(void* tstate_v, dc_raw_frame* out, uint64_t* fingerprints, int max,

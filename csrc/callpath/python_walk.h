@@ -81,13 +81,9 @@ uint32_t dc_code_epoch(void);
 int dc_describe_code(void* code, int32_t offset, char* file, int file_cap, char* name,
                      int name_cap);
 
-// The same for a signal handler, where the interrupted thread may be linking a frame: every
-// frame and code object is probed (process_vm_readv) before it is read, so a stale pointer ends
-// the walk instead of faulting. About 1 us per frame.
-int dc_walk_python_checked(void* tstate, dc_raw_frame* out, int max);
-// What a code object's address was seen to hold, in the signal handler's own memo (one per thread,
-// written by its handler only): the code object was live at dc_code_epoch() `epoch`, with that
-// fingerprint.
+// What a code object's address was seen to hold, in a thread's memo (its signal handler's, or
+// its operator path's, each with one writer): the code object was live at dc_code_epoch()
+// `epoch`, with that fingerprint.
 typedef struct dc_code_memo {
   const void* code;
   uint32_t epoch;
@@ -97,12 +93,15 @@ typedef struct dc_code_memo {
 static inline unsigned dc_code_memo_slot(const void* code) {
   return (unsigned)(((uintptr_t)code >> 4) * 0x9E3779B97F4A7C15ull >> 56);
 }
-// dc_walk_python_checked for the CPU sampler's handler, with each frame's dc_code_fingerprint in
-// `fingerprints`, and without a system call for what is already known to be readable: a frame in
-// the thread's data stack (3.11+: every frame no generator owns), a code object that `memo`
-// (DC_CODE_MEMO_SLOTS entries) saw live with no code object freed since (its frame holds it, so
-// the address is still that object). The probe, ~0.5-1 us each, made a 50-frame sample cost
-// ~300 us (eight probes a frame); with the memo warm it costs the walk.
+
+// The CPU sampler's walk, for its signal handler, where the interrupted thread may be linking a
+// frame: a frame or code object is probed (process_vm_readv) before it is read, so a stale
+// pointer ends the walk instead of faulting, unless it is known readable without the system
+// call: a frame in the thread's data stack (3.11+: every frame no generator owns), a code object
+// that `memo` (DC_CODE_MEMO_SLOTS entries) saw live with no code object freed since (its frame
+// holds it, so the address is still that object). Each frame's dc_code_fingerprint goes into
+// `fingerprints`. The probes, ~0.5-1 us each and eight a frame, made a 50-frame sample cost
+// ~300 us; with the memo warm a sample costs the walk.
 int dc_walk_python_sampled(void* tstate, dc_raw_frame* out, uint64_t* fingerprints, int max,
                            dc_code_memo* memo);
 int dc_describe_code_checked(void* code, int32_t offset, char* file, int file_cap, char* name,
