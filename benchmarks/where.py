@@ -158,11 +158,15 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         out = tmp / f"where-{time.monotonic_ns()}.dcprof"
         # DEEPCONTEXT_GPU_DIAG's measuring switches (csrc/gpu/gpu_internal.h); 'attached'
         # leaves CUPTI attached after the session's stop (csrc/gpu/gpu.cpp: detach).
+        # 'paused' runs every step in a schedule's wait phase; 'paused-attached' does so with
+        # CUPTI kept attached (how pauses were before it was detached in them).
         os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
         os.environ.pop("DEEPCONTEXT_CUPTI_DETACH", None)
-        if diag == "attached":
+        if diag in ("paused", "paused-attached"):
+            kw["schedule"] = deepcontext.schedule(wait=10**9)
+        if diag in ("attached", "paused-attached"):
             os.environ["DEEPCONTEXT_CUPTI_DETACH"] = "0"
-        elif diag:
+        elif diag and diag != "paused":
             os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
         with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5, **kw):
             step()
@@ -181,7 +185,8 @@ def main() -> int:
     p.add_argument("--mode", action="append",
                    help="'off', 'pristine' (unprofiled, before the first session: its blocks run "
                    "first), or a context spec CONTEXT[@INTERVAL][%%DIAG] where DIAG is one of "
-                   "DEEPCONTEXT_GPU_DIAG's values or 'attached' (CUPTI not detached at stop); "
+                   "DEEPCONTEXT_GPU_DIAG's values, 'attached' (CUPTI not detached at stop), "
+                   "'paused' (every step in a schedule's wait phase) or 'paused-attached'; "
                    "'#LABEL' tells two blocks of one mode apart (repeatable; default: off, "
                    "python,op,gpu)")
     p.add_argument("--fixed-order", action="store_true",

@@ -208,6 +208,10 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     dc::gpu_stop(wait);
   }, "wait"_a = 5.0);
+  m.def("gpu_pause", [](bool paused) {
+    nb::gil_scoped_release release;
+    dc::gpu_pause(paused);
+  }, "paused"_a, "A schedule's pause: stop tracing and detach CUPTI (true), attach again (false).");
   m.def("gpu_stats", [] {
     dc::GpuStats s = dc::gpu_stats();
     nb::dict out;
@@ -218,7 +222,8 @@ NB_MODULE(_core, m) {
                         {"records", s.records}, {"unattributed", s.unattributed},
                         {"ignored", s.ignored}, {"incomplete", s.incomplete},
                         {"dropped", s.dropped}, {"graph_unmapped", s.graph_unmapped},
-                        {"nested_matches", s.nested_matches}, {"graph_nodes", s.graph_nodes}})
+                        {"nested_matches", s.nested_matches}, {"graph_nodes", s.graph_nodes},
+                        {"attaches", s.attaches}, {"detaches", s.detaches}})
       out[k] = v;
     out["pending"] = s.pending;
     nb::list devices;

@@ -18,7 +18,9 @@ namespace {
 std::mutex g_life_mu;  // start / flush / stop
 CUpti_SubscriberHandle g_sub = nullptr;
 bool g_active = false;
+bool g_attached = false;  // CUPTI holds its hooks in the driver (any CUPTI call attaches it)
 bool g_registered_once = false;
+uint64_t g_attaches = 0, g_detaches = 0;
 
 // Device descriptions, read once per device through the driver.
 std::mutex g_dev_mu;
@@ -102,6 +104,8 @@ void detach() {
   gpu::CuptiApi& api = gpu::cupti();
   const char* keep = std::getenv("DEEPCONTEXT_CUPTI_DETACH");
   if (api.cuptiFinalize == nullptr || (keep != nullptr && keep[0] == '0')) return;
+  g_attached = false;
+  ++g_detaches;
   CUpti_SubscriberHandle sub = nullptr;
   int version = 0;
   g_detached.store(false);
@@ -128,20 +132,13 @@ std::string fail(const std::string& what, CUptiResult r) {
 
 bool gpu_compiled() { return true; }
 
-std::string gpu_start(const std::vector<std::string>& lib_dirs) {
-  std::lock_guard<std::mutex> g(g_life_mu);
-  if (g_active) return "";
-  std::string why = gpu::load_driver();
-  if (why.empty()) why = gpu::load_cupti(lib_dirs);
-  if (!why.empty()) return "GPU capture off: " + why;
-  gpu::CuptiApi& api = gpu::cupti();
-  gpu::init_metrics();
-  gpu::init_activity_metrics();
-  gpu::g_generation.fetch_add(1);
-  gpu::g_issued.store(0);  // per session: the last session's stragglers were flushed at its stop
-  gpu::g_settled.store(0);
-  gpu::reset_stats();
+namespace {
 
+// Subscribes, enables the callbacks and the activity kinds: at a session's start and when a
+// schedule's pause ends.
+std::string attach_locked() {
+  gpu::CuptiApi& api = gpu::cupti();
+  gpu::g_generation.fetch_add(1);  // per-thread API scopes cut by a stop or a pause start afresh
   CUptiResult r;
   char other[128] = {0};
   if (api.cuptiSubscribe_v2 != nullptr) {
@@ -166,8 +163,20 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
     g_sub = nullptr;
     return fail("cuptiSubscribe", r);
   }
+  g_attached = true;
+  ++g_attaches;
   if ((r = gpu::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling CUPTI callbacks", r);
   if ((r = pc::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling module callbacks", r);
+  // Diagnostics (DEEPCONTEXT_GPU_DIAG): CUPTI's record storage in pinned host memory
+  // ("pinned"), one record buffer for all threads ("shared-buffers").
+  if (api.cuptiActivitySetAttribute != nullptr) {
+    uint8_t on = 1, off = 0;
+    size_t one = 1;
+    if (std::strcmp(gpu::gpu_diag(), "pinned") == 0)
+      api.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &one, &on);
+    if (std::strcmp(gpu::gpu_diag(), "shared-buffers") == 0)
+      api.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &one, &off);
+  }
   // Registered again at every start: another client (torch.profiler) may have replaced ours.
   r = api.cuptiActivityRegisterCallbacks(gpu::on_buffer_requested, gpu::on_buffer_completed);
   if (r != CUPTI_SUCCESS && !g_registered_once) return fail("cuptiActivityRegisterCallbacks", r);
@@ -179,18 +188,77 @@ std::string gpu_start(const std::vector<std::string>& lib_dirs) {
     if (!records || (kernels_only && k != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) continue;
     if ((r = api.cuptiActivityEnable(k)) != CUPTI_SUCCESS) return fail("cuptiActivityEnable", r);
   }
-  g_active = true;
   return "";
+}
+
+// -- a schedule's paused steps ------------------------------------------------------------------
+// Paused, the session ignores every launch, but an attached CUPTI would still cost each one what
+// tracing costs (see detach()). So a pause disables the records and the callbacks at once, and
+// detaches CUPTI as soon as the records of the launches made before it are in: at the pause if
+// the GPU has caught up, else at a later flush (the flusher's, about every second), never
+// waiting on the program's thread. The next active phase attaches it again.
+bool g_paused = false;
+bool g_detach_pending = false;
+
+void try_detach_locked() {
+  if (!g_detach_pending) return;
+  gpu::cupti().cuptiActivityFlushAll(0);
+  if (gpu::g_issued.load() - gpu::g_settled.load() > 0) return;
+  gpu::cupti().cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  g_detach_pending = false;
+  detach();
+}
+
+}  // namespace
+
+std::string gpu_start(const std::vector<std::string>& lib_dirs) {
+  std::lock_guard<std::mutex> g(g_life_mu);
+  if (g_active) return "";
+  std::string why = gpu::load_driver();
+  if (why.empty()) why = gpu::load_cupti(lib_dirs);
+  if (!why.empty()) return "GPU capture off: " + why;
+  gpu::init_metrics();
+  gpu::init_activity_metrics();
+  gpu::g_issued.store(0);  // per session: the last session's stragglers were flushed at its stop
+  gpu::g_settled.store(0);
+  gpu::reset_stats();
+  g_attaches = g_detaches = 0;
+  g_paused = g_detach_pending = false;
+  why = attach_locked();
+  g_active = why.empty();
+  return why;
 }
 
 void gpu_flush(double wait_s) {
   std::lock_guard<std::mutex> g(g_life_mu);
-  if (g_active) flush_locked(wait_s);
+  if (!g_active || !g_attached) return;  // (a CUPTI call would attach it again)
+  flush_locked(wait_s);
+  try_detach_locked();
+}
+
+void gpu_pause(bool paused) {
+  std::lock_guard<std::mutex> g(g_life_mu);
+  if (!g_active || paused == g_paused || pc::active()) return;
+  g_paused = paused;
+  if (paused) {
+    disable_all();
+    g_detach_pending = true;
+    try_detach_locked();
+    return;
+  }
+  g_detach_pending = false;  // still attached if it was not detached yet: enabled again below
+  std::string why = attach_locked();
+  if (!why.empty()) {
+    g_active = false;
+    add_note(why + " (when a paused schedule resumed)");
+  }
 }
 
 void gpu_stop(double wait_s) {
   std::lock_guard<std::mutex> g(g_life_mu);
   if (!g_active) return;
+  g_active = false;
+  if (!g_attached) return;  // detached in a pause, every record in
   flush_locked(wait_s);
   pc::stop();  // reads the PC samples left, while CUPTI and the contexts are still there
   gpu::CuptiApi& api = gpu::cupti();
@@ -200,7 +268,6 @@ void gpu_stop(double wait_s) {
   // (records that never came went to another client, torch.profiler say, whose CUPTI use a
   // detach would end: then it stays attached)
   if (missing <= 0) detach();
-  g_active = false;
   if (missing > 0) {
     add_note("GPU capture: " + std::to_string(missing) +
              " kernel launches got no activity record (another CUPTI client such as "
@@ -216,6 +283,11 @@ GpuStats gpu_stats() {
   }
   s.library = gpu::cupti().path;
   gpu::fill_stats(&s);
+  {
+    std::lock_guard<std::mutex> g(g_life_mu);
+    s.attaches = g_attaches;
+    s.detaches = g_detaches;
+  }
   for (auto& d : s.devices) describe(&d);
   return s;
 }

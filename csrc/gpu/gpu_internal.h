@@ -34,7 +34,7 @@ namespace gpu {
   X(cuptiPCSamplingEnable) X(cuptiPCSamplingDisable) X(cuptiPCSamplingGetData)                \
   X(cuptiPCSamplingGetNumStallReasons) X(cuptiPCSamplingGetStallReasons)                      \
   X(cuptiPCSamplingSetConfigurationAttribute) X(cuptiGetCubinCrc) X(cuptiPCSamplingStart)       \
-  X(cuptiPCSamplingStop) X(cuptiFinalize)
+  X(cuptiPCSamplingStop) X(cuptiFinalize) X(cuptiActivitySetAttribute)
 
 struct CuptiApi {
   void* handle = nullptr;

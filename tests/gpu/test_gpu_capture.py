@@ -350,3 +350,25 @@ def test_record_function_block_kernels_at_the_block_lines(tmp_path: Path) -> Non
     for n in nodes_of(tree, step.id, "kernel"):
         below = tree.path(n.id)[len(tree.path(step.id)):]
         assert any(f.kind == "python" and "/torch/optim/" in f.file for f in below), n.frame.name
+
+
+def test_schedule_detaches_cupti_while_paused(tmp_path: Path) -> None:
+    """Kernels of the active steps only, exactly; CUPTI detached at each pause (the first wait,
+    after each cycle, once the schedule is done) and attached at start and each warm-up, so no
+    launch of a paused step reaches it (none is recorded and then ignored)."""
+    program = "scheduled_launches.py"
+    k = _constants(program)
+    out = tmp_path / "scheduled.dcprof"
+    proc = _run([str(PROGRAMS / program), str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "done\n"
+    tree = load(out)
+    (step,) = [n.id for n in tree.nodes if n.frame.kind == "python" and n.frame.file.endswith(program)
+               and n.frame.line == line_of(program, "STEP")]
+    assert launches(nodes_of(tree, step, "kernel")) == 3 * k.ACTIVE * k.REPEAT
+    gpu = tree.metadata["gpu"]
+    assert gpu["attaches"] == 1 + k.REPEAT
+    assert gpu["detaches"] == 1 + k.REPEAT
+    assert gpu["ignored"] == 0 and gpu["pending"] == 0
+    assert tree.total("gpu.launches") == 3 * k.ACTIVE * k.REPEAT
+    assert gpu["kernels"] == 3 * (k.WARMUP + k.ACTIVE) * k.REPEAT  # warm-ups' folded, then dropped

@@ -265,8 +265,15 @@ def callpath() -> list[Frame]:
             if not (f.kind == "python" and (_is_own(f.file) or _is_launcher(f.file)))]
 
 
-def pause(paused: bool) -> None:
+def pause(paused: bool, *, detach_gpu: bool = True) -> None:
+    """Pause or resume capture (a schedule's steps). Paused, the GPU layer also detaches CUPTI,
+    whose hooks would cost every launch what tracing costs; a forked child, where CUDA cannot be
+    used, passes ``detach_gpu=False``."""
+    if detach_gpu and not paused:
+        gpu.pause(_core(), False)  # attached before the core resumes: no launch of a step missed
     _core().set_paused(paused)
+    if detach_gpu and paused:
+        gpu.pause(_core(), True)
     if _state["jax"] is not None:
         _state["jax"].pause(paused)
 

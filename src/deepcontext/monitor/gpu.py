@@ -66,6 +66,13 @@ def maybe_flush(core: Any) -> None:
         flush(core)
 
 
+def pause(core: Any, paused: bool) -> None:
+    """A schedule's pause: stop tracing and detach CUPTI (records already due still come in);
+    resuming attaches it again."""
+    if _state["on"]:
+        core.gpu_pause(paused)
+
+
 def stop(core: Any, wait: float = EXIT_WAIT) -> None:
     """Final flush (bounded wait for records in flight), then unsubscribe from CUPTI."""
     if _state["on"]:
