@@ -167,16 +167,6 @@ std::string attach_locked() {
   ++g_attaches;
   if ((r = gpu::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling CUPTI callbacks", r);
   if ((r = pc::enable_callbacks(g_sub)) != CUPTI_SUCCESS) return fail("enabling module callbacks", r);
-  // Diagnostics (DEEPCONTEXT_GPU_DIAG): CUPTI's record storage in pinned host memory
-  // ("pinned"), one record buffer for all threads ("shared-buffers").
-  if (api.cuptiActivitySetAttribute != nullptr) {
-    uint8_t on = 1, off = 0;
-    size_t one = 1;
-    if (std::strcmp(gpu::gpu_diag(), "pinned") == 0)
-      api.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &one, &on);
-    if (std::strcmp(gpu::gpu_diag(), "shared-buffers") == 0)
-      api.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &one, &off);
-  }
   // Registered again at every start: another client (torch.profiler) may have replaced ours.
   r = api.cuptiActivityRegisterCallbacks(gpu::on_buffer_requested, gpu::on_buffer_completed);
   if (r != CUPTI_SUCCESS && !g_registered_once) return fail("cuptiActivityRegisterCallbacks", r);

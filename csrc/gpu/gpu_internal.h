@@ -34,7 +34,7 @@ namespace gpu {
   X(cuptiPCSamplingEnable) X(cuptiPCSamplingDisable) X(cuptiPCSamplingGetData)                \
   X(cuptiPCSamplingGetNumStallReasons) X(cuptiPCSamplingGetStallReasons)                      \
   X(cuptiPCSamplingSetConfigurationAttribute) X(cuptiGetCubinCrc) X(cuptiPCSamplingStart)       \
-  X(cuptiPCSamplingStop) X(cuptiFinalize) X(cuptiActivitySetAttribute)
+  X(cuptiPCSamplingStop) X(cuptiFinalize)
 
 struct CuptiApi {
   void* handle = nullptr;

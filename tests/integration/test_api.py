@@ -23,6 +23,13 @@ def test_schedule_records_only_active_steps(tmp_path):
     assert run("api_schedule.py", str(tmp_path / "s.dcprof")) == "2.0"
 
 
+@pytest.mark.parametrize("when", ["before", "late"])
+def test_schedule_pauses_switch_the_operator_hook_off(tmp_path, when):
+    # wait, active, wait, active, then done: the hook is on in the active steps only, also when
+    # torch is first imported during the first pause
+    assert run("api_schedule_hook.py", str(tmp_path / "h.dcprof"), when) == "off on off on off off 2.0"
+
+
 def test_monitor_callpath_inside_an_op_callback():
     path = ast.literal_eval(run("api_monitor.py"))
     assert path[-1] == ("op", "aten::mul", 0)

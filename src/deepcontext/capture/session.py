@@ -329,7 +329,7 @@ def _forget_in_child() -> None:
         session._writer = None
         _active = None
         session._signals.forget_in_child()
-    monitor.pause(True, detach_gpu=False)
+    monitor.pause(True, in_forked_child=True)
 
 
 def active_session() -> Session | None:

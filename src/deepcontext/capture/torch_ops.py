@@ -223,6 +223,10 @@ class _DispatchTier:
         self.mode = _Mode()
         self.mode.__enter__()
 
+    def pause(self, paused: bool) -> None:
+        """The mode stays on the stack (popping it outside its frame would break the program's
+        own modes); paused, the core ignores what it reports."""
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.mode.__exit__(None, None, None)
@@ -240,10 +244,18 @@ def compiled_hook(torch: Any, say: Callable[[str], None]) -> Any:
 
 
 class _CompiledTier:
-    """Handle of the compiled tier: closing disables the callback until the next session."""
+    """Handle of the compiled tier: closing disables the callback until the next session, and so
+    does a schedule's pause until capture resumes."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, nested: bool) -> None:
         self.module = module
+        self.nested = nested
+
+    def pause(self, paused: bool) -> None:
+        if paused:
+            self.module.uninstall()
+        else:
+            self.module.install(core.c_api, self.nested)
 
     def close(self) -> None:
         self.module.uninstall()
@@ -260,7 +272,7 @@ def enable(torch: Any, say: Callable[[str], None], nested: bool = False,
             if not nested and rebound == 0:
                 note("operator layer: operators called by operators are recorded too (the "
                      "dispatcher's callback query could not be rebound in this torch)")
-            return "record_function", _CompiledTier(module)
+            return "record_function", _CompiledTier(module, nested)
         except Exception as e:  # noqa: BLE001 - any build failure selects the fallback
             say(f"deepcontext: could not build the PyTorch operator hook ({_reason(e)}); "
                 f"using the slower TorchDispatchMode tier")

@@ -90,6 +90,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
 
     threads.install()
     _state["init"] = True
+    _state["paused"] = False
     _state["context"] = context
     _state["sample"] = sample_interval > 0
     if "native" in context:
@@ -155,6 +156,8 @@ def _enable_torch(torch: Any) -> None:
     tier, handle = torch_ops.enable(torch, _say, nested="nested" in _state["context"], note=note)
     _state["torch_tier"] = tier
     _state["tier_handle"] = handle
+    if _state["paused"]:  # torch imported during a schedule's pause: the hook waits for its end
+        handle.pause(True)
     _state["torch_version"] = str(torch.__version__)
     if tier == "dispatch":
         note("operator layer: TorchDispatchMode tier (the compiled hook could not be built); "
@@ -265,15 +268,23 @@ def callpath() -> list[Frame]:
             if not (f.kind == "python" and (_is_own(f.file) or _is_launcher(f.file)))]
 
 
-def pause(paused: bool, *, detach_gpu: bool = True) -> None:
-    """Pause or resume capture (a schedule's steps). Paused, the GPU layer also detaches CUPTI,
-    whose hooks would cost every launch what tracing costs; a forked child, where CUDA cannot be
-    used, passes ``detach_gpu=False``."""
-    if detach_gpu and not paused:
-        gpu.pause(_core(), False)  # attached before the core resumes: no launch of a step missed
+def pause(paused: bool, *, in_forked_child: bool = False) -> None:
+    """Pause or resume capture (a schedule's steps). Paused steps should run as if unprofiled:
+    the operator hook is switched off in torch (RecordFunction then skips its work) and the GPU
+    layer detaches CUPTI, whose hooks would cost every launch what tracing costs. A forked child,
+    where CUDA cannot be used, only pauses the core."""
+    switch = not in_forked_child
+    _state["paused"] = paused
+    handle = _state["tier_handle"]
+    if switch and not paused:  # on before the core resumes: no operator or launch of a step missed
+        gpu.pause(_core(), False)
+        if handle is not None:
+            handle.pause(False)
     _core().set_paused(paused)
-    if detach_gpu and paused:
+    if switch and paused:
         gpu.pause(_core(), True)
+        if handle is not None:
+            handle.pause(True)
     if _state["jax"] is not None:
         _state["jax"].pause(paused)
 

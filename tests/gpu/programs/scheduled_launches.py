@@ -11,7 +11,10 @@ import torch
 
 import deepcontext
 
-WAIT, WARMUP, ACTIVE, REPEAT = 2, 1, 2, 3
+WAIT = 2
+WARMUP = 1
+ACTIVE = 2
+REPEAT = 3
 STEPS = 20  # the schedule is done after 15; the last 5 run paused
 x = torch.randn(256, 256, device="cuda")
 with deepcontext.profile(sys.argv[1], schedule=deepcontext.schedule(
