@@ -66,13 +66,18 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
         size = out.stat().st_size
         out.unlink()
         return {"wall": wall, "cpu": cpu, "size": size}
-    spec, plus, perf = mode.partition("+")  # "python,op,gpu+perf": CPU counters per context too
-    if plus and perf != "perf":
-        raise SystemExit(f"models.py: unknown mode option '+{perf}' (only +perf)")
+    # "python,op,gpu+perf": CPU counters per context too; "+every5": a schedule that records one
+    # step in five (wait=4, active=1), the paused steps in the same timed block
+    spec, *options = mode.split("+")
     context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
-    extra = {"sample_interval": float(interval)} if interval else {}
-    if plus:
-        extra["perf"] = True
+    extra: dict = {"sample_interval": float(interval)} if interval else {}
+    for option in options:
+        if option == "perf":
+            extra["perf"] = True
+        elif option.startswith("every") and option[5:].isdigit() and int(option[5:]) >= 1:
+            extra["schedule"] = deepcontext.schedule(wait=int(option[5:]) - 1, active=1)
+        else:
+            raise SystemExit(f"models.py: unknown mode option '+{option}' (+perf or +everyN)")
     with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5,
                              **extra) as prof:
         block(step, 1, dev, prof.step)  # new contexts of a fresh session, outside the window
@@ -96,7 +101,7 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--models", default=",".join(model_zoo.MODELS))
     p.add_argument("--mode", action="append", metavar="CONTEXT",
-                   help="a deepcontext context spec[@sample interval][+perf], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
+                   help="a deepcontext context spec[@sample interval][+perf][+everyN], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--small", action="store_true", help="CPU-sized configs")
     p.add_argument("--no-torch", action="store_true")
