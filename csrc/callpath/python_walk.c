@@ -21,8 +21,10 @@
  * probe (~0.5 us), used only on the sampler's path. */
 static int g_probe_usable = 1; /* 0 where seccomp forbids the call (e.g. Docker's default) */
 
+unsigned long dc_probe_calls[4];
 static int readable(const void* p, size_t n) {
   char scratch[512];
+  __atomic_add_fetch(&dc_probe_calls[0], 1, __ATOMIC_RELAXED);
   static pid_t self = 0;
   if (!g_probe_usable) return 1; /* fall back to plausible() alone */
   if (self == 0) self = getpid();
@@ -204,26 +206,38 @@ static dc_frame_t* innermost(void* tstate_v) {
 }
 
 /* The signal handler's probes, made cheap where the answer is known without a system call. */
+#define DC_MAX_CHUNKS 8
 typedef struct sampled_walk {
   void* tstate;
   dc_code_memo* memo;  /* NULL: every code object is probed */
   uint32_t epoch;      /* dc_code_epoch() at the start of the walk */
+  int chunks;          /* -1 until the data stack's chunks are read (at the first frame) */
+  const char* chunk_lo[DC_MAX_CHUNKS];
+  const char* chunk_hi[DC_MAX_CHUNKS];
 } sampled_walk;
 
 #if PY_VERSION_HEX >= 0x030B0000
 /* Whether [p, p + n) lies in one of the thread's data-stack chunks, where every frame that no
  * generator owns lives. A chunk stays mapped while it is in the thread's list (a popped chunk
  * leaves the list before it is freed), so such a frame can be read without a probe. The current
- * chunk is the thread's own; an older one is probed before its header is read. */
-static int in_datastack(void* tstate_v, const void* p, size_t n) {
-  const PyThreadState* ts = (const PyThreadState*)tstate_v;
-  const _PyStackChunk* c = ts->datastack_chunk;
-  for (int i = 0; i < 8 && c != NULL; ++i) {
-    if (!plausible(c) || (i > 0 && !readable(c, sizeof(*c)))) return 0;
-    const char* lo = (const char*)c;
-    if ((const char*)p >= lo && (const char*)p + n <= lo + c->size) return 1;
-    c = c->previous;
+ * chunk is the thread's own; an older one is probed before its header is read, once a walk:
+ * the chunks' bounds are read at its first frame (GPT-2 generate's ~90 frames span several
+ * chunks, and a probe of each older chunk's header for each frame was most of a sample's
+ * system calls). */
+static int in_datastack(sampled_walk* w, const void* p, size_t n) {
+  if (w->chunks < 0) {
+    const _PyStackChunk* c = ((const PyThreadState*)w->tstate)->datastack_chunk;
+    w->chunks = 0;
+    for (int i = 0; i < DC_MAX_CHUNKS && c != NULL; ++i) {
+      if (!plausible(c) || (i > 0 && !readable(c, sizeof(*c)))) break;
+      w->chunk_lo[i] = (const char*)c;
+      w->chunk_hi[i] = (const char*)c + c->size;
+      w->chunks = i + 1;
+      c = c->previous;
+    }
   }
+  for (int i = 0; i < w->chunks; ++i)
+    if ((const char*)p >= w->chunk_lo[i] && (const char*)p + n <= w->chunk_hi[i]) return 1;
   return 0;
 }
 #endif
@@ -234,7 +248,8 @@ static inline __attribute__((always_inline)) int frame_readable(const void* f, s
                                                                 int checked, sampled_walk* w) {
   if (checked == 0) return 1;
 #if PY_VERSION_HEX >= 0x030B0000
-  if (checked == 2 && in_datastack(w->tstate, f, n)) return 1;
+  if (checked == 2 && in_datastack(w, f, n)) return 1;
+  if (checked == 2) __atomic_add_fetch(&dc_probe_calls[1], 1, __ATOMIC_RELAXED);
 #else
   (void)w;
 #endif
@@ -250,6 +265,7 @@ static inline __attribute__((always_inline)) int code_readable(const void* code,
   if (checked == 2 && w->memo != NULL) {
     const dc_code_memo* m = &w->memo[dc_code_memo_slot(code)];
     if (m->code == code && m->epoch == w->epoch) return 1;
+    __atomic_add_fetch(&dc_probe_calls[2], 1, __ATOMIC_RELAXED);
   }
   return readable(code, sizeof(PyCodeObject));
 }
@@ -338,7 +354,8 @@ int dc_python_frame_on_chain(void* tstate_v, const void* frame, int max_links) {
 
 int dc_walk_python_sampled(void* tstate_v, dc_raw_frame* out, uint64_t* fingerprints, int max,
                            dc_code_memo* memo) {
-  sampled_walk w = {tstate_v, memo, dc_code_epoch()};
+  sampled_walk w = {tstate_v, memo, dc_code_epoch(), -1, {0}, {0}};
+  __atomic_add_fetch(&dc_probe_calls[3], 1, __ATOMIC_RELAXED);
   if (w.epoch & 0x80000000u) w.memo = NULL; /* deaths unwatched: nothing learned can be trusted */
   const int n = walk(tstate_v, out, max, 2, &w);
   for (int i = 0; i < n; ++i) {
