@@ -158,18 +158,22 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         out = tmp / f"where-{time.monotonic_ns()}.dcprof"
         # DEEPCONTEXT_GPU_DIAG's measuring switches (csrc/gpu/gpu_internal.h); 'attached'
         # leaves CUPTI attached after the session's stop (csrc/gpu/gpu.cpp: detach).
-        # 'paused' runs every step in a schedule's wait phase; 'paused-attached' does so with
-        # CUPTI kept attached (how pauses were before it was detached in them).
+        # 'waiting' runs every timed step in a schedule's wait phase; 'done' after the schedule's
+        # one active step (the untimed one).
         os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
         os.environ.pop("DEEPCONTEXT_CUPTI_DETACH", None)
-        if diag in ("paused", "paused-attached"):
+        if diag == "waiting":
             kw["schedule"] = deepcontext.schedule(wait=10**9)
-        if diag in ("attached", "paused-attached"):
+        elif diag == "done":
+            kw["schedule"] = deepcontext.schedule(active=1, repeat=1)
+        elif diag == "attached":
             os.environ["DEEPCONTEXT_CUPTI_DETACH"] = "0"
-        elif diag and diag != "paused":
+        elif diag:
             os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
-        with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5, **kw):
+        with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5,
+                                 **kw) as prof:
             step()
+            prof.step()
             pcs, cpu, wall = block()
         tree = deepcontext.load(out)
         extra = {"ops": tree.total("op.count") / (steps + 1),
@@ -186,7 +190,8 @@ def main() -> int:
                    help="'off', 'pristine' (unprofiled, before the first session: its blocks run "
                    "first), or a context spec CONTEXT[@INTERVAL][%%DIAG] where DIAG is one of "
                    "DEEPCONTEXT_GPU_DIAG's values, 'attached' (CUPTI not detached at stop), "
-                   "'paused' (every step in a schedule's wait phase) or 'paused-attached'; "
+                   "'waiting' (every step in a schedule's wait phase) or 'done' (every step "
+                   "after the schedule's end); "
                    "'#LABEL' tells two blocks of one mode apart (repeatable; default: off, "
                    "python,op,gpu)")
     p.add_argument("--fixed-order", action="store_true",

@@ -208,10 +208,10 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     dc::gpu_stop(wait);
   }, "wait"_a = 5.0);
-  m.def("gpu_pause", [](bool paused) {
+  m.def("gpu_release", [] {
     nb::gil_scoped_release release;
-    dc::gpu_pause(paused);
-  }, "paused"_a, "A schedule's pause: stop tracing and detach CUPTI (true), attach again (false).");
+    dc::gpu_release();
+  }, "A schedule is done: stop tracing, detach CUPTI once the records due are in.");
   m.def("gpu_stats", [] {
     dc::GpuStats s = dc::gpu_stats();
     nb::dict out;

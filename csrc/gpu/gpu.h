@@ -22,10 +22,10 @@ void gpu_flush(double wait_s);
 // Final flush (bounded by wait_s), then unsubscribes so another CUPTI client may start.
 void gpu_stop(double wait_s);
 
-// A schedule's paused steps: paused=true stops tracing and detaches CUPTI once the records of
-// earlier launches are in (now, or at a later flush: it never waits); false attaches it again.
-// The session's tree and counters carry over. No-op when capture is off or PC sampling is on.
-void gpu_pause(bool paused);
+// A schedule is done (no step will be captured again): stops tracing and detaches CUPTI once the
+// records of earlier launches are in (now, or at a later flush: it never waits). No-op when
+// capture is off or PC sampling is on.
+void gpu_release();
 
 struct GpuDeviceStats {
   uint32_t id = 0;
@@ -51,8 +51,8 @@ struct GpuStats {
   uint64_t nested_matches = 0;   // records matched through a nested driver call's id
   uint64_t graph_nodes = 0;      // graph nodes seen made (created or cloned: resource callbacks)
   int64_t pending = 0;           // kernel/graph launches not yet seen in a record
-  uint64_t attaches = 0;         // times CUPTI was attached (at start, and at each resume)
-  uint64_t detaches = 0;         // times it was detached (at a pause, at stop)
+  uint64_t attaches = 0;         // times CUPTI was attached (at start)
+  uint64_t detaches = 0;         // times it was detached (at a schedule's end, or at stop)
   std::vector<GpuDeviceStats> devices;
 };
 

@@ -9,6 +9,6 @@ std::string gpu_start(const std::vector<std::string>&) {
 }
 void gpu_flush(double) {}
 void gpu_stop(double) {}
-void gpu_pause(bool) {}
+void gpu_release() {}
 GpuStats gpu_stats() { return GpuStats{}; }
 }  // namespace dc

@@ -21,7 +21,7 @@ from ..errors import DeepContextError
 from ..tree.profile_file import ProfileWriter
 from . import inductor
 from .hooks import HookSpec, hooks_from_config
-from .schedule import ACTIVE, WARMUP, Schedule
+from .schedule import ACTIVE, DONE, WARMUP, Schedule
 from .signals import SigtermBridge, die_by_default_action, file_size_signal_deferred
 
 CONTEXT_LAYERS = ("python", "module", "op", "nested", "native", "gpu", "memory", "jax", "pc")
@@ -230,7 +230,7 @@ class Session:
         if phase == ACTIVE and self._last_phase == WARMUP:
             monitor.rollback_metrics()
         if capture != self._capturing:
-            monitor.pause(not capture)
+            monitor.pause(not capture, final=phase == DONE)
             self._capturing = capture
         self._last_phase = phase
 

@@ -268,23 +268,21 @@ def callpath() -> list[Frame]:
             if not (f.kind == "python" and (_is_own(f.file) or _is_launcher(f.file)))]
 
 
-def pause(paused: bool, *, in_forked_child: bool = False) -> None:
+def pause(paused: bool, *, final: bool = False, in_forked_child: bool = False) -> None:
     """Pause or resume capture (a schedule's steps). Paused steps should run as if unprofiled:
-    the operator hook is switched off in torch (RecordFunction then skips its work) and the GPU
-    layer detaches CUPTI, whose hooks would cost every launch what tracing costs. A forked child,
-    where CUDA cannot be used, only pauses the core."""
-    switch = not in_forked_child
+    the operator hook is switched off in torch (RecordFunction then skips its work), and once the
+    schedule is done (``final``) the GPU layer detaches CUPTI, whose hooks would cost every launch
+    what tracing costs; in a wait phase it stays attached, since attaching it again costs more
+    than a few waiting steps gain (docs/gpu.md). A forked child only pauses the core."""
     _state["paused"] = paused
-    handle = _state["tier_handle"]
-    if switch and not paused:  # on before the core resumes: no operator or launch of a step missed
-        gpu.pause(_core(), False)
-        if handle is not None:
-            handle.pause(False)
+    handle = None if in_forked_child else _state["tier_handle"]
+    if handle is not None and not paused:  # on before the core resumes: no operator missed
+        handle.pause(False)
     _core().set_paused(paused)
-    if switch and paused:
-        gpu.pause(_core(), True)
-        if handle is not None:
-            handle.pause(True)
+    if handle is not None and paused:
+        handle.pause(True)
+    if final and paused and not in_forked_child:
+        gpu.release(_core())
     if _state["jax"] is not None:
         _state["jax"].pause(paused)
 

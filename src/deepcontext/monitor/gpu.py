@@ -66,11 +66,11 @@ def maybe_flush(core: Any) -> None:
         flush(core)
 
 
-def pause(core: Any, paused: bool) -> None:
-    """A schedule's pause: stop tracing and detach CUPTI (records already due still come in);
-    resuming attaches it again."""
+def release(core: Any) -> None:
+    """A schedule is done: stop tracing and detach CUPTI (the records already due still come
+    in), so the rest of the run pays nothing for it."""
     if _state["on"]:
-        core.gpu_pause(paused)
+        core.gpu_release()
 
 
 def stop(core: Any, wait: float = EXIT_WAIT) -> None:

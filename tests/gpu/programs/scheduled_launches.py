@@ -1,6 +1,5 @@
-"""A schedule's cycles on the GPU: the active steps' kernels counted exactly, CUPTI detached in
-every paused stretch (wait steps, and all steps once the schedule is done) and attached again for
-the next warm-up.
+"""A schedule's cycles on the GPU: the active steps' kernels counted exactly; CUPTI attached
+through the wait steps (their launches' records ignored) and detached once the schedule is done.
 
 argv: OUT
 """
@@ -22,6 +21,6 @@ with deepcontext.profile(sys.argv[1], schedule=deepcontext.schedule(
     for step in range(STEPS):
         for _ in range(3):
             x = torch.tanh(x)  # STEP
-        torch.cuda.synchronize()  # the GPU has caught up at each step's end: a pause detaches at once
+        torch.cuda.synchronize()  # the GPU has caught up at each step's end: the detach is at once
         prof.step()
 print("done")
