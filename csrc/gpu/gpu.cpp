@@ -186,7 +186,7 @@ std::string attach_locked() {
 // once, and CUPTI is detached as soon as the records of the launches made before are in: at once
 // if the GPU has caught up, else at a later flush (the flusher's, about every second), never
 // waiting on the program's thread. A wait phase keeps it attached: attaching it again costs the
-// program's thread ~0.1 s on the H200 (GPT-2 training with a schedule recording one step in five
+// program's thread 65-90 ms on the H200 (GPT-2 training with a schedule recording one step in five
 // ran 1.9x slower with a detach at each wait), and an attached CUPTI with nothing enabled costs
 // launches about what tracing does.
 bool g_released = false;
