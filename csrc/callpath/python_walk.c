@@ -21,10 +21,8 @@
  * probe (~0.5 us), used only on the sampler's path. */
 static int g_probe_usable = 1; /* 0 where seccomp forbids the call (e.g. Docker's default) */
 
-unsigned long dc_probe_calls[4];
 static int readable(const void* p, size_t n) {
   char scratch[512];
-  __atomic_add_fetch(&dc_probe_calls[0], 1, __ATOMIC_RELAXED);
   static pid_t self = 0;
   if (!g_probe_usable) return 1; /* fall back to plausible() alone */
   if (self == 0) self = getpid();
@@ -249,12 +247,12 @@ static inline __attribute__((always_inline)) int frame_readable(const void* f, s
   if (checked == 0) return 1;
 #if PY_VERSION_HEX >= 0x030B0000
   if (checked == 2 && in_datastack(w, f, n)) return 1;
-  if (checked == 2) __atomic_add_fetch(&dc_probe_calls[1], 1, __ATOMIC_RELAXED);
 #else
   (void)w;
 #endif
   return readable(f, n);
 }
+
 
 /* Whether a code object can be read: always (checked 0), after a probe (1), or (2) when the
  * thread's memo saw it live with no code object freed since (its frame still holds it, so it is
@@ -265,7 +263,6 @@ static inline __attribute__((always_inline)) int code_readable(const void* code,
   if (checked == 2 && w->memo != NULL) {
     const dc_code_memo* m = &w->memo[dc_code_memo_slot(code)];
     if (m->code == code && m->epoch == w->epoch) return 1;
-    __atomic_add_fetch(&dc_probe_calls[2], 1, __ATOMIC_RELAXED);
   }
   return readable(code, sizeof(PyCodeObject));
 }
@@ -355,7 +352,6 @@ int dc_python_frame_on_chain(void* tstate_v, const void* frame, int max_links) {
 int dc_walk_python_sampled(void* tstate_v, dc_raw_frame* out, uint64_t* fingerprints, int max,
                            dc_code_memo* memo) {
   sampled_walk w = {tstate_v, memo, dc_code_epoch(), -1, {0}, {0}};
-  __atomic_add_fetch(&dc_probe_calls[3], 1, __ATOMIC_RELAXED);
   if (w.epoch & 0x80000000u) w.memo = NULL; /* deaths unwatched: nothing learned can be trusted */
   const int n = walk(tstate_v, out, max, 2, &w);
   for (int i = 0; i < n; ++i) {
