@@ -108,6 +108,9 @@ def main() -> int:
     p.add_argument("--threads", type=int)
     p.add_argument("--markdown")
     p.add_argument("--json")
+    p.add_argument("--growth", metavar="STEPS",
+                   help="also one session of the first mode per step count (e.g. 100,1000): "
+                        "profile size and contexts against run length (--rounds 0: only this)")
     p.add_argument("--versus", metavar="CONTEXT",
                    help="also give each other mode's ratio to this one, paired in the same rounds "
                         "(what a layer adds to the default context: --versus python,op,gpu)")
@@ -144,6 +147,11 @@ def main() -> int:
                     results[name][key].append(got)
                     print(f"round {r + 1} {name}: " + " ".join(
                         f"{m}={got[m]['wall'] * 1e3:.1f}ms" for m in phase), file=sys.stderr, flush=True)
+        if args.growth:
+            for name, (step, _) in steps.items():
+                results[name]["growth"] = {
+                    int(c): run(modes[0], step, int(c), args.device, tmp)
+                    for c in args.growth.split(",")}
     text = report(results, modes, skipped, args)
     print(text)
     if args.markdown:
@@ -166,6 +174,8 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
         "|---|" + "---:|" * (3 + 2 * (len(modes) + 1) + 3)]
     for name, res in results.items():
         rounds, trounds = res["rounds"], res["torch_rounds"]
+        if not rounds:
+            continue
         off = statistics.median(r["off"]["wall"] for r in rounds)
         off_cpu = statistics.median(r["off"]["cpu"] for r in rounds)
         pristine = statistics.median(r["wall"] for r in res["pristine"])
@@ -186,6 +196,14 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
         out += ["", "Notes in the profiles:", ""] + [f"- {n}" for n in notes]
     if args.versus:
         out += versus(results, modes, args.versus)
+    if args.growth:
+        counts = [int(c) for c in args.growth.split(",")]
+        out += ["", f"Profile size ({modes[0]}, one session per step count; contexts in brackets):",
+                "", "| model | " + " | ".join(f"{c} steps" for c in counts) + " |",
+                "|---|" + "---:|" * len(counts)]
+        for name, res in results.items():
+            out.append(f"| {name} | " + " | ".join(
+                f"{mib(res['growth'][c]['size'])} ({res['growth'][c]['nodes']})" for c in counts) + " |")
     if skipped:
         out += ["", "Skipped:", ""] + [f"- {k}: {v}" for k, v in skipped.items()]
     return "\n".join(out) + "\n"
