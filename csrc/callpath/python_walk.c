@@ -253,7 +253,6 @@ static inline __attribute__((always_inline)) int frame_readable(const void* f, s
   return readable(f, n);
 }
 
-
 /* Whether a code object can be read: always (checked 0), after a probe (1), or (2) when the
  * thread's memo saw it live with no code object freed since (its frame still holds it, so it is
  * that same object), else after a probe. */

@@ -181,8 +181,8 @@ def test_record_function_blocks_keep_their_lines(tmp_path):
     fwd = _scope(tree, "fwd")
     # (a CPU sample in the block's __exit__, the scope still open, adds a `with` line node below
     # the scope: the line where that frame is then; a CI run caught one)
-    outer = [n for n in python_nodes(tree, prog, line_of(prog, "WITH")) if n not in subtree_ids(tree, fwd)]
-    (with_line,) = outer
+    inside = subtree_ids(tree, fwd)
+    (with_line,) = [n for n in python_nodes(tree, prog, line_of(prog, "WITH")) if n not in inside]
     assert fwd in subtree_ids(tree, with_line)
     (body,) = python_nodes(tree, prog, line_of(prog, "BODY"))
     (loss,) = python_nodes(tree, prog, line_of(prog, "LOSS"))

@@ -47,7 +47,8 @@ def software_counter(config):
         # perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): type, size, config, then the flag
         # word at byte 40 (bit 5 exclude_kernel, bit 6 exclude_hv)
         flags = (exclude_kernel << 5) | (1 << 6)
-        attr = ctypes.create_string_buffer(struct.pack("IIQQQQQ", 1, 64, config, 0, 0, 0, flags), 64)
+        packed = struct.pack("IIQQQQQ", 1, 64, config, 0, 0, 0, flags)
+        attr = ctypes.create_string_buffer(packed, 64)
         fd = libc.syscall(nr, attr, 0, -1, -1, ctypes.c_ulong(8))  # PERF_FLAG_FD_CLOEXEC
         if fd >= 0:
             return fd

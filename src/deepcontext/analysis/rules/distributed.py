@@ -30,15 +30,20 @@ def is_collective(ctx: AnalysisContext, node: int) -> bool:
     return f.kind == KERNEL and f.name.startswith("nccl")
 
 
-def collective_roots(ctx: AnalysisContext) -> list[int]:
-    """Outermost collective nodes (a backend scope or kernel inside a c10d op counts once)."""
+def _outermost(ctx: AnalysisContext, pick) -> list[int]:
+    """The nodes ``pick`` accepts that have no accepted node above them."""
     roots, inside = [], [False] * len(ctx.tree.nodes)
     for node in ctx.tree.nodes[1:]:
         inside[node.id] = inside[node.parent]
-        if not inside[node.id] and is_collective(ctx, node.id):
+        if not inside[node.id] and pick(node.id):
             roots.append(node.id)
             inside[node.id] = True
     return roots
+
+
+def collective_roots(ctx: AnalysisContext) -> list[int]:
+    """Outermost collective nodes (a backend scope or kernel inside a c10d op counts once)."""
+    return _outermost(ctx, lambda n: is_collective(ctx, n))
 
 
 def _not_step_work(ctx: AnalysisContext) -> list[int]:
@@ -46,14 +51,7 @@ def _not_step_work(ctx: AnalysisContext) -> list[int]:
     for the peers), set-up and imports (once per run, and the ranks' start-up skew: a lazy
     import inside ``DistributedDataParallel(...)`` took 1.1-1.4 s on either rank of a loaded
     2-core machine, and DDP's shape check there waited 0.54 s for the later rank)."""
-    roots, inside = [], [False] * len(ctx.tree.nodes)
-    for node in ctx.tree.nodes[1:]:
-        inside[node.id] = inside[node.parent]
-        if not inside[node.id] and (ctx.in_setup[node.id] or ctx.in_import[node.id]
-                                    or is_collective(ctx, node.id)):
-            roots.append(node.id)
-            inside[node.id] = True
-    return roots
+    return _outermost(ctx, lambda n: ctx.in_setup[n] or ctx.in_import[n] or is_collective(ctx, n))
 
 
 _TIME_METRICS = ("cpu.time", "op.time", "gpu.time")
@@ -115,21 +113,22 @@ class StragglerRule(Rule):
         # time and of the waits
         own = {r: _rank_own_time(ctx, _not_step_work(ctx), r) for r in ranks}
         waits = [c for c in collective_roots(ctx) if not (ctx.in_setup[c] or ctx.in_import[c])]
-        comm_total = {r: sum(_rank_time(ctx, r)[c] for c in waits) for r in ranks}
+        comm_total = {r: sum(t[c] for c in waits) for r in ranks for t in [_rank_time(ctx, r)]}
         depth = [0] * len(ctx.tree.nodes)
         for node in ctx.tree.nodes[1:]:
             depth[node.id] = depth[node.parent] + 1
         for rank in ranks:
             others = [q for q in ranks if q != rank]
+            diff: dict[int, float] = {}  # each line's time on `rank` less the others' median
             excess: dict[int, tuple[float, float]] = {}
             for line in ctx.user_nodes():
-                mine = own[rank][line]
                 theirs = statistics.median(own[q][line] for q in others)
-                if mine - theirs > 0 and mine - theirs >= self.t("min_excess_ratio") * max(theirs, 1e-9):
-                    excess[line] = (mine - theirs, theirs)
+                diff[line] = d = own[rank][line] - theirs
+                if d > 0 and d >= self.t("min_excess_ratio") * max(theirs, 1e-9):
+                    excess[line] = (d, theirs)
             if not excess:
                 continue
-            line = self._name_line(ctx, excess, own, rank, others, depth)
+            line = self._name_line(ctx, excess, diff, depth)
             extra, theirs = excess[line]
             waited = statistics.median(comm_total[q] for q in others) - comm_total[rank]
             if waited < self.t("min_wait_share") * extra:
@@ -157,8 +156,7 @@ class StragglerRule(Rule):
                        "number of waiting ranks")
 
     def _name_line(self, ctx: AnalysisContext, excess: dict[int, tuple[float, float]],
-                   own: dict[int, list[float]], rank: int, others: list[int],
-                   depth: list[int]) -> int:
+                   diff: dict[int, float], depth: list[int]) -> int:
         """The deepest line that holds ``specific_share`` of the excess, counted without noise.
 
         A caller's excess is the sum of its lines' differences, and lines that differ by less
@@ -168,8 +166,6 @@ class StragglerRule(Rule):
         The noise (either sign) is taken out of every line above it before the deepest line is
         chosen; if it was most of the excess, the rank is slower all over and the raw excess
         names the caller."""
-        diff = {u: own[rank][u] - statistics.median(own[q][u] for q in others)
-                for u in ctx.user_nodes()}
         clean = dict(diff)  # each line's difference without its noisy lines' differences
         for u in sorted(diff, key=lambda n: -depth[n]):  # deepest first: noise moves upward
             above = ctx.owner[ctx.tree.nodes[u].parent] if ctx.tree.nodes[u].parent > 0 else -1
