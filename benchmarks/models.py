@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -69,8 +70,14 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     # "python,op,gpu+perf": CPU counters per context too; "+every5": a schedule that records one
     # step in five (wait=4, active=1), the paused steps in the same timed block
     spec, *options = mode.split("+")
+    # "gpu%no-callbacks": a measuring switch of csrc/gpu (DEEPCONTEXT_GPU_DIAG), e.g. CUPTI's
+    # records with none of our per-launch work: the floor any CUPTI tracer pays
+    spec, _, diag = spec.partition("%")
     context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
     extra: dict = {"sample_interval": float(interval)} if interval else {}
+    os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
+    if diag:
+        os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
     for option in options:
         if option == "perf":
             extra["perf"] = True
@@ -101,7 +108,7 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--models", default=",".join(model_zoo.MODELS))
     p.add_argument("--mode", action="append", metavar="CONTEXT",
-                   help="a deepcontext context spec[@sample interval][+perf][+everyN], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
+                   help="a deepcontext context spec[@sample interval][%%GPU diag][+perf][+everyN], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--small", action="store_true", help="CPU-sized configs")
     p.add_argument("--no-torch", action="store_true")
