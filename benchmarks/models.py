@@ -22,6 +22,7 @@ import shlex
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,22 +40,51 @@ def sync(dev: str) -> None:
         torch.cuda.synchronize()
 
 
-def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float]:
-    """Wall and main-thread CPU seconds per step over n steps, the device synced at both ends."""
+AUTOGRAD_THREADS: set[str] = set()  # the names step_threads() found
+
+
+def step_threads() -> list[int]:
+    """The threads that run a step: this one and torch's autograd workers (``pt_autograd_N``: on a
+    GPU, backward runs there while this thread waits, so its CPU time alone misses backward)."""
+    tids = [threading.get_native_id()]
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (comm := (task / "comm").read_text().strip()).startswith("pt_autograd"):
+                tids.append(int(task.name))
+                AUTOGRAD_THREADS.add(comm)
+        except OSError:
+            continue  # (a thread that ended meanwhile)
+    return tids
+
+
+def thread_cpu(tid: int) -> float:
+    """A thread's CPU seconds (its CPU-time clock: clock id ~tid << 3 | CPUCLOCK_PERTHREAD | SCHED)."""
+    try:
+        return time.clock_gettime(((~tid) << 3) | 6)
+    except OSError:
+        return 0.0
+
+
+def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float, float]:
+    """Wall, step-threads' CPU and main-thread CPU seconds per step over n steps, the device
+    synced at both ends."""
+    tids = step_threads()
     sync(dev)
-    t0, c0 = time.perf_counter(), time.thread_time()
+    t0, c0 = time.perf_counter(), [thread_cpu(t) for t in tids]
     for _ in range(n):
         step()
         tick()
     sync(dev)
-    return (time.perf_counter() - t0) / n, (time.thread_time() - c0) / n
+    wall = time.perf_counter() - t0
+    used = [thread_cpu(t) - c for t, c in zip(tids, c0)]
+    return wall / n, sum(used) / n, used[0] / n
 
 
 def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     """One block under ``mode`` ('off', 'torch' or a deepcontext context spec)."""
     if mode == "off":
-        wall, cpu = block(step, n, dev)
-        return {"wall": wall, "cpu": cpu}
+        wall, cpu, main_cpu = block(step, n, dev)
+        return {"wall": wall, "cpu": cpu, "main_cpu": main_cpu}
     out = tmp / f"{mode.replace(',', '_')}-{time.monotonic_ns()}"
     if mode == "torch":
         acts = [torch.profiler.ProfilerActivity.CPU]
@@ -62,11 +92,11 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=acts) as prof:
             block(step, 1, dev, prof.step)
-            wall, cpu = block(step, n, dev, prof.step)
+            wall, cpu, main_cpu = block(step, n, dev, prof.step)
         prof.export_chrome_trace(str(out))
         size = out.stat().st_size
         out.unlink()
-        return {"wall": wall, "cpu": cpu, "size": size}
+        return {"wall": wall, "cpu": cpu, "main_cpu": main_cpu, "size": size}
     # "python,op,gpu+perf": CPU counters per context too; "+every5": a schedule that records one
     # step in five (wait=4, active=1), the paused steps in the same timed block
     spec, *options = mode.split("+")
@@ -88,9 +118,9 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5,
                              **extra) as prof:
         block(step, 1, dev, prof.step)  # new contexts of a fresh session, outside the window
-        wall, cpu = block(step, n, dev, prof.step)
+        wall, cpu, main_cpu = block(step, n, dev, prof.step)
     tree = deepcontext.load(out)
-    res = {"wall": wall, "cpu": cpu, "size": out.stat().st_size, "nodes": len(tree),
+    res = {"wall": wall, "cpu": cpu, "main_cpu": main_cpu, "size": out.stat().st_size, "nodes": len(tree),
            "ops": tree.total("op.count") / (n + 1), "launches": tree.total("gpu.launches") / (n + 1),
            "notes": list(tree.metadata.get("notes", []))}
     out.unlink()
@@ -169,13 +199,19 @@ def main() -> int:
     return 0
 
 
+def autograd_threads() -> str:
+    return ("found: " + ", ".join(sorted(AUTOGRAD_THREADS))) if AUTOGRAD_THREADS else "none here"
+
+
 def report(results: dict, modes: list[str], skipped: dict, args) -> str:
     out = [f"# Overhead on third-party models, {args.device}, "
            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "", f"Command: `{args.command}`", ""]
     out += [f"- {line}" for line in machine()]
     out += [f"- {args.rounds} rounds; in each, one block per mode in rotated order; ratios are "
             "paired with the unprofiled block of the same round, then the median over rounds "
-            "(min-max beside it). CPU = the main thread's CPU time per step.", ""]
+            "(min-max beside it). CPU = the CPU time per step of the threads that run it: the main "
+            "thread and torch's autograd threads (on a GPU backward runs there; "
+            f"{autograd_threads()}); main = the main thread's alone.", ""]
     out += ["| model | off ms/step | off CPU ms | off x pristine | " + " | ".join(
         f"{m} wall (range) | {m} CPU" for m in [*modes, "torch"]) + " | ops/step | launches/step | profile |",
         "|---|" + "---:|" * (3 + 2 * (len(modes) + 1) + 3)]
@@ -201,6 +237,8 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
                     for n in r[m].get("notes", [])})
     if notes:
         out += ["", "Notes in the profiles:", ""] + [f"- {n}" for n in notes]
+    if AUTOGRAD_THREADS:
+        out += main_thread_table(results, modes)
     if args.versus:
         out += versus(results, modes, args.versus)
     if args.growth:
@@ -214,6 +252,21 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
     if skipped:
         out += ["", "Skipped:", ""] + [f"- {k}: {v}" for k, v in skipped.items()]
     return "\n".join(out) + "\n"
+
+
+def main_thread_table(results: dict, modes: list[str]) -> list[str]:
+    """The main thread's CPU alone (what earlier runs reported as CPU): paired medians."""
+    out = ["", "The main thread's CPU time alone (median of paired ratios):", "",
+           "| model | off main ms | " + " | ".join(f"{m} main" for m in [*modes, "torch"]) + " |",
+           "|---|" + "---:|" * (2 + len(modes))]
+    for name, res in results.items():
+        if not res["rounds"]:
+            continue
+        cells = [name, f"{statistics.median(r['off']['main_cpu'] for r in res['rounds']) * 1e3:.2f}"]
+        for mode, rs in [*((m, res["rounds"]) for m in modes), ("torch", res["torch_rounds"])]:
+            cells.append(f"{paired(rs, mode, 'main_cpu')[0]:.3f}" if rs else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def versus(results: dict, modes: list[str], base: str) -> list[str]:
