@@ -1,8 +1,9 @@
 """Overhead on third-party models (model_zoo.py), measured in paired blocks: in every round, each
 model runs one block of steps unprofiled and one under each profiler mode, in rotated order, and
 each mode's ratio is taken against the unprofiled block *of the same round*; the table gives the
-median of those paired ratios over rounds, for wall time and for the main thread's CPU time (the
-steadier measure on a shared machine). torch.profiler runs last, in its own rounds paired the same
+median of those paired ratios over rounds, for wall time and for the CPU time of the threads that
+run a step (the main thread and torch's autograd threads; the steadier measure on a shared
+machine), with the main thread's alone beside it. torch.profiler runs last, in its own rounds paired the same
 way, because once Kineto holds CUPTI deepcontext's GPU capture stays off in that process.
 
     python benchmarks/models.py --device cuda --rounds 8 --markdown benchmarks/results/h200-DATE-models.md
