@@ -12,6 +12,7 @@ the profiler evicts) stay in the remainder, which ``models.py``'s paired timing 
 
     python benchmarks/where.py --device cuda --models gpt2_train,gpt2_generate --steps 30
     python benchmarks/where.py --device cpu --small --models gpt2_train --mode op --mode python,op
+    python benchmarks/where.py --device cuda --models gpt2_train --thread pt_autograd   # + backward's thread
 """
 
 from __future__ import annotations
@@ -61,9 +62,33 @@ def compile_sampler() -> ctypes.CDLL:
         tmp.replace(lib)
     so = ctypes.CDLL(str(lib))
     so.pcs_start.argtypes = [ctypes.c_long]
+    so.pcs_start_thread.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_long]
     so.pcs_stop.restype = ctypes.c_long
+    so.pcs_count.argtypes = [ctypes.c_int]
+    so.pcs_count.restype = ctypes.c_long
     so.pcs_data.restype = ctypes.POINTER(ctypes.c_uint64)
+    so.pcs_data_of.argtypes = [ctypes.c_int]
+    so.pcs_data_of.restype = ctypes.POINTER(ctypes.c_uint64)
     return so
+
+
+def thread_named(prefix: str) -> int | None:
+    """The id of this process's first thread whose name starts with ``prefix``, or None."""
+    for task in sorted(Path("/proc/self/task").iterdir(), key=lambda t: int(t.name)):
+        try:
+            if (task / "comm").read_text().startswith(prefix):
+                return int(task.name)
+        except OSError:
+            continue  # (a thread that ended meanwhile)
+    return None
+
+
+def thread_cpu(tid: int) -> float:
+    """A thread's CPU seconds, from its CPU-time clock (~tid << 3 | per-thread | sched)."""
+    try:
+        return time.clock_gettime(((~tid) << 3) | 6)
+    except OSError:
+        return 0.0
 
 
 class Mapper:
@@ -143,18 +168,25 @@ def attribute(pcs: list[int], mapper: Mapper) -> tuple[Counter, Counter]:
     return cats, syms
 
 
-def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, tmp: Path) -> dict:
+def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, tmp: Path,
+             other: str | None = None) -> dict:
     import torch
 
     import deepcontext
+
+    second: dict = {}
 
     def block() -> tuple[list[int], float, float]:
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
         sampler.pcs_reset()
+        tid = thread_named(other) if other else None
         c0, t0 = time.thread_time(), time.perf_counter()
+        o0 = thread_cpu(tid) if tid else 0.0
         if sampler.pcs_start(interval_ns) != 0:
-            raise SystemExit("where.py: could not start the CPU-time timer")
+            raise SystemExit("where.py: could not start the wall-clock timer")
+        if tid and sampler.pcs_start_thread(1, tid, interval_ns) != 0:
+            raise SystemExit(f"where.py: could not start the timer of thread {tid} ({other})")
         for _ in range(steps):
             step()
         if dev.startswith("cuda"):
@@ -162,6 +194,10 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         n = sampler.pcs_stop()
         cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
         data = sampler.pcs_data()
+        if tid:
+            other_data = sampler.pcs_data_of(1)
+            second.update(pcs2=[other_data[i] for i in range(sampler.pcs_count(1))],
+                          cpu2=(thread_cpu(tid) - o0) / steps)
         return [data[i] for i in range(n)], cpu, wall
 
     spec = mode.partition("#")[0]  # (a '#label' tells two blocks of one mode apart)
@@ -196,7 +232,7 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         extra = {"ops": tree.total("op.count") / (steps + 1),
                  "launches": tree.total("gpu.launches") / (steps + 1)}
         out.unlink()
-    return {"pcs": pcs, "cpu": cpu / steps, "wall": wall / steps, **extra}
+    return {"pcs": pcs, "cpu": cpu / steps, "wall": wall / steps, **extra, **second}
 
 
 def main() -> int:
@@ -219,6 +255,11 @@ def main() -> int:
     p.add_argument("--small", action="store_true")
     p.add_argument("--threads", type=int, help="torch.set_num_threads")
     p.add_argument("--symbols", type=int, default=25, help="top symbols shown per mode")
+    p.add_argument("--thread", metavar="PREFIX",
+                   help="also sample the first thread whose OS name starts with PREFIX, in its "
+                        "own table (pt_autograd: torch's autograd thread, where backward runs on "
+                        "a GPU while the main thread waits; a thread that blocks signals, such "
+                        "as deepcontext's sampler, gets no samples)")
     p.add_argument("--markdown")
     p.add_argument("--json")
     args = p.parse_args()
@@ -259,13 +300,14 @@ def main() -> int:
             if "pristine" in modes:  # before this model's first session; only then
                 for r in range(args.rounds):
                     runs["pristine"].append(run_mode("pristine", step, args.steps, args.device,
-                                                     sampler, args.interval_us * 1000, tmp))
+                                                     sampler, args.interval_us * 1000, tmp,
+                                                     args.thread))
             rotating = [m for m in modes if m != "pristine"]
             for r in range(args.rounds):
                 k = 0 if args.fixed_order else r % len(rotating)
                 for mode in rotating[k:] + rotating[:k]:
                     runs[mode].append(run_mode(mode, step, args.steps, args.device, sampler,
-                                               args.interval_us * 1000, tmp))
+                                               args.interval_us * 1000, tmp, args.thread))
                     cpu_ms = runs[mode][-1]["cpu"] * 1e3
                     print(f"{name} round {r + 1} {mode}: {cpu_ms:.2f} CPU ms/step",
                           file=sys.stderr, flush=True)
@@ -280,6 +322,17 @@ def main() -> int:
     return 0
 
 
+def category_rows(cats_by_mode: dict, modes: list[str], per: float) -> list[str]:
+    """The category table's rows: us per step in each category, then the sampled total."""
+    out = ["| category (us/step) | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+    for c in [c for c, _, _ in CATEGORIES] + [SIGNAL_ENTRY, "other"]:
+        if any(cats_by_mode[m][c] for m in modes):
+            out.append(f"| {c} | " + " | ".join(f"{cats_by_mode[m][c] * per:.0f}" for m in modes) + " |")
+    out.append("| **sampled total** | " + " | ".join(
+        f"**{sum(cats_by_mode[m].values()) * per:.0f}**" for m in modes) + " |")
+    return out
+
+
 def report(name: str, runs: dict, modes: list[str], base: str, mapper: Mapper, args,
            dump: dict) -> list[str]:
     per = args.interval_us / (args.steps * args.rounds)  # us per step per sample
@@ -290,15 +343,8 @@ def report(name: str, runs: dict, modes: list[str], base: str, mapper: Mapper, a
     ops = next((r.get("ops") for m in modes for r in runs[m] if r.get("ops")), 0)
     launches = next((r.get("launches") for m in modes for r in runs[m] if r.get("launches")), 0)
     out = [f"## {name}", "", f"{ops:.0f} operator events and {launches:.0f} kernel launches per "
-           "step (the first profiled mode's profile).", "",
-           "| category (us/step) | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
-    names = [c for c, _, _ in CATEGORIES] + [SIGNAL_ENTRY, "other"]
-    for c in names:
-        if any(cats_by_mode[m][c] for m in modes):
-            cells = " | ".join(f"{cats_by_mode[m][c] * per:.0f}" for m in modes)
-            out.append(f"| {c} | {cells} |")
-    out.append("| **sampled total** | " + " | ".join(
-        f"**{sum(cats_by_mode[m].values()) * per:.0f}**" for m in modes) + " |")
+           "step (the first profiled mode's profile).", ""]
+    out += category_rows(cats_by_mode, modes, per)
     out.append("| thread_time | " + " | ".join(
         f"{sum(r['cpu'] for r in runs[m]) / len(runs[m]) * 1e6:.0f}" for m in modes) + " |")
     out.append("")
@@ -318,6 +364,36 @@ def report(name: str, runs: dict, modes: list[str], base: str, mapper: Mapper, a
         for (lib, s), n in diff.most_common(args.symbols):
             out.append(f"| {lib} | `{s}` | {n * per:.1f} |")
         out.append("")
+    if args.thread:
+        out += other_thread(name, runs, modes, mapper, args, per, dump)
+    return out
+
+
+def other_thread(name: str, runs: dict, modes: list[str], mapper: Mapper, args, per: float,
+                 dump: dict) -> list[str]:
+    """The --thread thread's table: a block where it did not exist counts nothing."""
+    cats_by_mode, syms_by_mode = {}, {}
+    for mode in modes:
+        cats_by_mode[mode], syms_by_mode[mode] = attribute(
+            [pc for r in runs[mode] for pc in r.get("pcs2", [])], mapper)
+    found = [m for m in modes if any("pcs2" in r for r in runs[m])]
+    out = [f"### {name}: the thread named {args.thread}*", "",
+           f"Sampled in the blocks of {', '.join(found) or 'no mode'} (a mode where it did not "
+           "exist shows 0). Its samples span the same wall time as the main thread's.", ""]
+    out += category_rows(cats_by_mode, modes, per)
+    out.append("| its thread_time | " + " | ".join(
+        f"{sum(r.get('cpu2', 0.0) for r in runs[m]) / len(runs[m]) * 1e6:.0f}" for m in modes) + " |")
+    out.append("")
+    for mode in found:
+        out += [f"Its top symbols under {mode} (us/step):", "", "| library | symbol | us/step |",
+                "|---|---|---:|"]
+        out += [f"| {lib} | `{s}` | {n * per:.1f} |"
+                for (lib, s), n in syms_by_mode[mode].most_common(args.symbols)]
+        out.append("")
+    for m in modes:
+        dump["models"][name][m]["thread"] = {"prefix": args.thread,
+                                             "categories": dict(cats_by_mode[m]),
+                                             "cpu": [r.get("cpu2", 0.0) for r in runs[m]]}
     return out
 
 
