@@ -3,8 +3,9 @@ model runs one block of steps unprofiled and one under each profiler mode, in ro
 each mode's ratio is taken against the unprofiled block *of the same round*; the table gives the
 median of those paired ratios over rounds, for wall time and for the CPU time of the threads that
 run a step (the main thread and torch's autograd threads; the steadier measure on a shared
-machine), with the main thread's alone beside it. torch.profiler runs last, in its own rounds paired the same
-way, because once Kineto holds CUPTI deepcontext's GPU capture stays off in that process.
+machine), with the main thread's alone beside it. torch.profiler runs last, in its own rounds
+paired the same way, because once Kineto holds CUPTI deepcontext's GPU capture stays off in that
+process.
 
     python benchmarks/models.py --device cuda --rounds 8 --markdown benchmarks/results/h200-DATE-models.md
     python benchmarks/models.py --device cpu --small --models gpt2_train,bert_train --rounds 8
@@ -59,7 +60,7 @@ def step_threads() -> list[int]:
 
 
 def thread_cpu(tid: int) -> float:
-    """A thread's CPU seconds (its CPU-time clock: clock id ~tid << 3 | CPUCLOCK_PERTHREAD | SCHED)."""
+    """A thread's CPU seconds (its CPU-time clock: ~tid << 3 | CPUCLOCK_PERTHREAD | SCHED)."""
     try:
         return time.clock_gettime(((~tid) << 3) | 6)
     except OSError:
@@ -121,7 +122,8 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
         block(step, 1, dev, prof.step)  # new contexts of a fresh session, outside the window
         wall, cpu, main_cpu = block(step, n, dev, prof.step)
     tree = deepcontext.load(out)
-    res = {"wall": wall, "cpu": cpu, "main_cpu": main_cpu, "size": out.stat().st_size, "nodes": len(tree),
+    res = {"wall": wall, "cpu": cpu, "main_cpu": main_cpu, "size": out.stat().st_size,
+           "nodes": len(tree),
            "ops": tree.total("op.count") / (n + 1), "launches": tree.total("gpu.launches") / (n + 1),
            "notes": list(tree.metadata.get("notes", []))}
     out.unlink()
@@ -139,7 +141,8 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--models", default=",".join(model_zoo.MODELS))
     p.add_argument("--mode", action="append", metavar="CONTEXT",
-                   help="a deepcontext context spec[@sample interval][%%GPU diag][+perf][+everyN], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
+                   help="a deepcontext context spec[@sample interval][%%GPU diag][+perf]"
+                        "[+everyN], repeatable (default: " + "; ".join(DEFAULT_MODES) + ")")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--small", action="store_true", help="CPU-sized configs")
     p.add_argument("--no-torch", action="store_true")
@@ -263,7 +266,8 @@ def main_thread_table(results: dict, modes: list[str]) -> list[str]:
     for name, res in results.items():
         if not res["rounds"]:
             continue
-        cells = [name, f"{statistics.median(r['off']['main_cpu'] for r in res['rounds']) * 1e3:.2f}"]
+        off_main = statistics.median(r["off"]["main_cpu"] for r in res["rounds"])
+        cells = [name, f"{off_main * 1e3:.2f}"]
         for mode, rs in [*((m, res["rounds"]) for m in modes), ("torch", res["torch_rounds"])]:
             cells.append(f"{paired(rs, mode, 'main_cpu')[0]:.3f}" if rs else "-")
         out.append("| " + " | ".join(cells) + " |")

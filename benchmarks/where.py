@@ -12,7 +12,7 @@ the profiler evicts) stay in the remainder, which ``models.py``'s paired timing 
 
     python benchmarks/where.py --device cuda --models gpt2_train,gpt2_generate --steps 30
     python benchmarks/where.py --device cpu --small --models gpt2_train --mode op --mode python,op
-    python benchmarks/where.py --device cuda --models gpt2_train --thread pt_autograd   # + backward's thread
+    python benchmarks/where.py --device cuda --models gpt2_train --thread pt_autograd
 """
 
 from __future__ import annotations
@@ -327,7 +327,8 @@ def category_rows(cats_by_mode: dict, modes: list[str], per: float) -> list[str]
     out = ["| category (us/step) | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
     for c in [c for c, _, _ in CATEGORIES] + [SIGNAL_ENTRY, "other"]:
         if any(cats_by_mode[m][c] for m in modes):
-            out.append(f"| {c} | " + " | ".join(f"{cats_by_mode[m][c] * per:.0f}" for m in modes) + " |")
+            cells = " | ".join(f"{cats_by_mode[m][c] * per:.0f}" for m in modes)
+            out.append(f"| {c} | {cells} |")
     out.append("| **sampled total** | " + " | ".join(
         f"**{sum(cats_by_mode[m].values()) * per:.0f}**" for m in modes) + " |")
     return out
@@ -381,8 +382,8 @@ def other_thread(name: str, runs: dict, modes: list[str], mapper: Mapper, args, 
            f"Sampled in the blocks of {', '.join(found) or 'no mode'} (a mode where it did not "
            "exist shows 0). Its samples span the same wall time as the main thread's.", ""]
     out += category_rows(cats_by_mode, modes, per)
-    out.append("| its thread_time | " + " | ".join(
-        f"{sum(r.get('cpu2', 0.0) for r in runs[m]) / len(runs[m]) * 1e6:.0f}" for m in modes) + " |")
+    cpu = [sum(r.get("cpu2", 0.0) for r in runs[m]) / len(runs[m]) for m in modes]
+    out.append("| its thread_time | " + " | ".join(f"{c * 1e6:.0f}" for c in cpu) + " |")
     out.append("")
     for mode in found:
         out += [f"Its top symbols under {mode} (us/step):", "", "| library | symbol | us/step |",
