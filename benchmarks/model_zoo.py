@@ -40,17 +40,24 @@ def _train(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor], dev: str
     return step
 
 
-def gpt2_train(dev: str, small: bool) -> Step:
+def gpt2_loss(dev: str, small: bool) -> tuple[torch.nn.Module, Callable[[], torch.Tensor]]:
+    """GPT-2 in training mode and its language-model loss on a fixed batch (phases.py times the
+    step's phases around it)."""
     transformers = _need("transformers")
     cfg = transformers.GPT2Config(n_layer=2 if small else 12, n_embd=128 if small else 768,
                                   n_head=4 if small else 12, vocab_size=1024 if small else 50257)
     model = transformers.GPT2LMHeadModel(cfg).to(dev).train()
     batch, seq = (2, 64) if small else (8, 512)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-    return _train(model, lambda: model(input_ids=ids, labels=ids).loss, dev)
+    return model, lambda: model(input_ids=ids, labels=ids).loss
 
 
-def bert_train(dev: str, small: bool) -> Step:
+def gpt2_train(dev: str, small: bool) -> Step:
+    return _train(*gpt2_loss(dev, small), dev)
+
+
+def bert_loss(dev: str, small: bool) -> tuple[torch.nn.Module, Callable[[], torch.Tensor]]:
+    """BERT for sequence classification in training mode and its loss on a fixed batch."""
     transformers = _need("transformers")
     cfg = (transformers.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                                    intermediate_size=512, vocab_size=1024) if small
@@ -59,7 +66,11 @@ def bert_train(dev: str, small: bool) -> Step:
     batch, seq = (4, 64) if small else (32, 128)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
     labels = torch.randint(0, 2, (batch,), device=dev)
-    return _train(model, lambda: model(input_ids=ids, labels=labels).loss, dev)
+    return model, lambda: model(input_ids=ids, labels=labels).loss
+
+
+def bert_train(dev: str, small: bool) -> Step:
+    return _train(*bert_loss(dev, small), dev)
 
 
 def vit_train(dev: str, small: bool) -> Step:

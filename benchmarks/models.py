@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import model_zoo
+import threads
 import torch
 from overhead import machine, mib
 
@@ -48,23 +49,9 @@ AUTOGRAD_THREADS: set[str] = set()  # the names step_threads() found
 def step_threads() -> list[int]:
     """The threads that run a step: this one and torch's autograd workers (``pt_autograd_N``: on a
     GPU, backward runs there while this thread waits, so its CPU time alone misses backward)."""
-    tids = [threading.get_native_id()]
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            if (comm := (task / "comm").read_text().strip()).startswith("pt_autograd"):
-                tids.append(int(task.name))
-                AUTOGRAD_THREADS.add(comm)
-        except OSError:
-            continue  # (a thread that ended meanwhile)
-    return tids
-
-
-def thread_cpu(tid: int) -> float:
-    """A thread's CPU seconds (its CPU-time clock: ~tid << 3 | CPUCLOCK_PERTHREAD | SCHED)."""
-    try:
-        return time.clock_gettime(((~tid) << 3) | 6)
-    except OSError:
-        return 0.0
+    workers = threads.named("pt_autograd")
+    AUTOGRAD_THREADS.update(name for _, name in workers)
+    return [threading.get_native_id(), *(tid for tid, _ in workers)]
 
 
 def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float, float]:
@@ -72,13 +59,13 @@ def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float, floa
     synced at both ends."""
     tids = step_threads()
     sync(dev)
-    t0, c0 = time.perf_counter(), [thread_cpu(t) for t in tids]
+    t0, c0 = time.perf_counter(), [threads.cpu_seconds(t) for t in tids]
     for _ in range(n):
         step()
         tick()
     sync(dev)
     wall = time.perf_counter() - t0
-    used = [thread_cpu(t) - c for t, c in zip(tids, c0)]
+    used = [threads.cpu_seconds(t) - c for t, c in zip(tids, c0)]
     return wall / n, sum(used) / n, used[0] / n
 
 

@@ -25,21 +25,8 @@ import deepcontext
 PHASES = ("forward", "backward", "optimizer")
 
 
-def build(name: str):
-    """A CPU-sized Hugging Face model, its input and AdamW: the model_zoo.py configs."""
-    transformers = model_zoo._need("transformers")
-    if name == "gpt2_train":
-        cfg = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1024)
-        model = transformers.GPT2LMHeadModel(cfg).train()
-        ids = torch.randint(0, 1024, (2, 64))
-        return model, (lambda: model(input_ids=ids, labels=ids).loss)
-    if name == "bert_train":
-        cfg = transformers.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=512, vocab_size=1024)
-        model = transformers.BertForSequenceClassification(cfg).train()
-        ids, labels = torch.randint(0, 1024, (4, 64)), torch.randint(0, 2, (4,))
-        return model, (lambda: model(input_ids=ids, labels=labels).loss)
-    raise SystemExit(f"phases.py: unknown model {name!r} (gpt2_train or bert_train)")
+# The step's loss, built as model_zoo.py builds the training step around it (CPU sizes).
+LOSSES = {"gpt2_train": model_zoo.gpt2_loss, "bert_train": model_zoo.bert_loss}
 
 
 def main() -> None:
@@ -49,8 +36,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--steps", type=int, default=20)
     args = p.parse_args()
+    if args.model not in LOSSES:
+        p.error(f"--model {args.model}: one of {', '.join(LOSSES)}")
     torch.manual_seed(0)
-    model, loss_fn = build(args.model)
+    model, loss_fn = LOSSES[args.model]("cpu", True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(acc: list[float], mark=lambda _name: contextlib.nullcontext()) -> None:

@@ -32,6 +32,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import threads
+
 HERE = Path(__file__).resolve().parent
 
 # Categories, first match wins: (name, library pattern, symbol pattern or None).
@@ -72,25 +74,6 @@ def compile_sampler() -> ctypes.CDLL:
     return so
 
 
-def thread_named(prefix: str) -> int | None:
-    """The id of this process's first thread whose name starts with ``prefix``, or None."""
-    for task in sorted(Path("/proc/self/task").iterdir(), key=lambda t: int(t.name)):
-        try:
-            if (task / "comm").read_text().startswith(prefix):
-                return int(task.name)
-        except OSError:
-            continue  # (a thread that ended meanwhile)
-    return None
-
-
-def thread_cpu(tid: int) -> float:
-    """A thread's CPU seconds, from its CPU-time clock (~tid << 3 | per-thread | sched)."""
-    try:
-        return time.clock_gettime(((~tid) << 3) | 6)
-    except OSError:
-        return 0.0
-
-
 class Mapper:
     """Address -> (library, symbol), from /proc/self/maps and nm (read once per library)."""
 
@@ -115,9 +98,6 @@ class Mapper:
             return "[unknown]", pc
         path = self.maps[i][3]
         return path, pc - self.base.get(path, self.maps[i][0] - self.maps[i][2])
-
-    def symbol(self, path: str, addr: int) -> str:
-        return self.symbol_at(path, addr)[0]
 
     def symbol_at(self, path: str, addr: int) -> tuple[str, int]:
         """The symbol holding ``addr`` and ``addr``'s offset in it."""
@@ -180,9 +160,9 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
         sampler.pcs_reset()
-        tid = thread_named(other) if other else None
+        tid = next(iter(threads.named(other)), (None, ""))[0] if other else None
         c0, t0 = time.thread_time(), time.perf_counter()
-        o0 = thread_cpu(tid) if tid else 0.0
+        o0 = threads.cpu_seconds(tid) if tid else 0.0
         if sampler.pcs_start(interval_ns) != 0:
             raise SystemExit("where.py: could not start the wall-clock timer")
         if tid and sampler.pcs_start_thread(1, tid, interval_ns) != 0:
@@ -197,7 +177,7 @@ def run_mode(mode: str, step, steps: int, dev: str, sampler, interval_ns: int, t
         if tid:
             other_data = sampler.pcs_data_of(1)
             second.update(pcs2=[other_data[i] for i in range(sampler.pcs_count(1))],
-                          cpu2=(thread_cpu(tid) - o0) / steps)
+                          cpu2=(threads.cpu_seconds(tid) - o0) / steps)
         return [data[i] for i in range(n)], cpu, wall
 
     spec = mode.partition("#")[0]  # (a '#label' tells two blocks of one mode apart)
