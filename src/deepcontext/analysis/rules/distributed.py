@@ -111,9 +111,13 @@ class StragglerRule(Rule):
             return
         # the steps only, as the other rules: set-up and imports are left out of the lines'
         # time and of the waits
-        own = {r: _rank_own_time(ctx, _not_step_work(ctx), r) for r in ranks}
+        not_step_work = _not_step_work(ctx)  # (the same nodes for every rank)
+        own = {r: _rank_own_time(ctx, not_step_work, r) for r in ranks}
         waits = [c for c in collective_roots(ctx) if not (ctx.in_setup[c] or ctx.in_import[c])]
-        comm_total = {r: sum(t[c] for c in waits) for r in ranks for t in [_rank_time(ctx, r)]}
+        comm_total = {}
+        for r in ranks:
+            inclusive = _rank_time(ctx, r)
+            comm_total[r] = sum(inclusive[c] for c in waits)
         depth = [0] * len(ctx.tree.nodes)
         for node in ctx.tree.nodes[1:]:
             depth[node.id] = depth[node.parent] + 1
