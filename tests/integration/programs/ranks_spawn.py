@@ -6,6 +6,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+# The tensors a worker reduced, kept to the interpreter's end (why: ranks_ddp.py's main block).
+KEPT = []
+
 
 def worker(rank, world, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -15,6 +18,7 @@ def worker(rank, world, port):
         t = t * 2  # LOCAL
     for _ in range(3):
         dist.all_reduce(t)  # REDUCE
+    KEPT.append(t)
     dist.destroy_process_group()
     print(f"worker {rank} done", flush=True)
 
