@@ -43,14 +43,10 @@ def main():
         dist.all_reduce(large)  # LARGE
     print(f"rank {rank} of {dist.get_world_size()} done", flush=True)
     dist.destroy_process_group()
-    return large, small, parts
+    return large  # the last collectives' tensor
 
 
 if __name__ == "__main__":
-    # The tensors outlive main(), to the interpreter's end: gloo's worker thread lets go of a
-    # collective's tensors a moment after the collective returns, and a Python tensor that died
-    # first is then freed on that thread, which takes the GIL; if the interpreter is finalizing
-    # by then, CPython ends the thread and torch's noexcept destructor aborts the process
-    # ("terminate called without an active exception"; an unwaited all_reduce whose tensors
-    # die at once does so in 16 of 20 runs, profiler or not). Seen once under ASan in CI.
+    # The last collectives' tensor lives to the interpreter's end: one that dies first can be
+    # freed on gloo's worker during finalization, which aborts the rank (docs/multi-rank.md).
     kept = main()

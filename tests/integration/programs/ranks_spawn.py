@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-# The tensors a worker reduced, kept to the interpreter's end (why: ranks_ddp.py's main block).
+# The tensor a worker reduced last, kept to the interpreter's end (why: docs/multi-rank.md).
 KEPT = []
 
 
