@@ -1,7 +1,8 @@
 """jax-recompile and jax-host-round-trip on literal trees shaped like the JAX layer's output."""
 
 from deepcontext.analysis import analyze
-from deepcontext.analysis.rules.jax import JaxHostRoundTripRule, JaxRecompileRule
+from deepcontext.analysis.rules.jax import (JAX_COMPILE_PHASES, JaxHostRoundTripRule,
+                                             JaxRecompileRule)
 from deepcontext.analysis.rules.sync import SyncRule
 from deepcontext.analysis.testing import build, kernel, marker, op, sync, user
 
@@ -22,6 +23,32 @@ def test_recompiled_function_fires_at_the_line_with_most_compiles():
     assert f.evidence == {"compiles": 6, "compile_time_s": 0.6, "function": "jit(step)"}
     assert f.estimated_gain.seconds == 0.5  # all but one compilation's share
     assert "0.6 per step" in f.message and "train.py:40 (1x)" in f.message
+
+
+def test_a_compile_without_the_function_name_is_still_jax():
+    # (the JAX layer hangs a compile whose function it did not learn under the calling line)
+    tree = build([STEP] + [([user(30), marker("compile"), marker(phase)], {"compile.time": 0.2})
+                           for phase in ("trace", "XLA compile")]
+                 + [([user(30), marker("compile")], {"compile.count": 4})])
+    (f,) = analyze(tree, rules=[JaxRecompileRule()])
+    assert f.evidence == {"compiles": 4, "compile_time_s": 0.4, "function": "<jax>"}
+
+
+def test_torch_compile_compilations_are_not_jax():
+    # torch.compile's markers, as the Inductor layer writes them: under the line and under the
+    # compiled region's ops, with "compile: <phase>" below (or nothing below)
+    tree = build([STEP,
+                  ([user(9), marker("compile"), marker("compile: dynamo")], {"compile.time": 2.0}),
+                  ([user(9), marker("compile")], {"compile.count": 5}),
+                  ([user(9), op("Torch-Compiled Region: 1/0"), marker("compile")],
+                   {"compile.count": 4, "compile.time": 1.0})])
+    assert analyze(tree, rules=[JaxRecompileRule()]) == []
+
+
+def test_phase_names_are_the_jax_layers():
+    from deepcontext.capture.jax.layer import COMPILE_PHASES
+
+    assert JAX_COMPILE_PHASES == {*COMPILE_PHASES.values(), "autotuning"}
 
 
 def test_two_compilations_are_normal():

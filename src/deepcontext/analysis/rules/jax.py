@@ -27,6 +27,24 @@ _ROUND_TRIP_ADVICE = {
 }
 
 
+# The phases the JAX layer hangs under its `[marker] compile` (capture/jax/layer.py's
+# COMPILE_PHASES and its autotuning marker). torch.compile's compile markers carry
+# "compile: <phase>" markers instead (docs/torch-compile.md), or none.
+JAX_COMPILE_PHASES = frozenset({"trace", "lower to StableHLO", "XLA compile",
+                                "load from compilation cache", "autotuning"})
+
+
+def is_jax_compile(ctx: AnalysisContext, node: int) -> bool:
+    """Whether the `[marker] compile` node `node` is JAX's: under a jitted call's `[op] jit(...)`,
+    or with JAX's phases below it."""
+    parent = ctx.tree.nodes[ctx.tree.nodes[node].parent].frame
+    if parent.kind == OP and parent.name.startswith("jit("):
+        return True
+    return any(ctx.tree.nodes[c].frame.kind == MARKER and
+               ctx.tree.nodes[c].frame.name in JAX_COMPILE_PHASES
+               for c in ctx.tree.nodes[node].children)
+
+
 def _steps(ctx: AnalysisContext) -> int:
     steps = ctx.metadata.get("steps")
     return int(steps) if isinstance(steps, (int, float)) and steps > 0 else 0
@@ -50,8 +68,8 @@ class JaxRecompileRule(Rule):
         inc_count, inc_time = ctx.inc("compile.count"), ctx.inc("compile.time")
         for node in ctx.tree.nodes[1:]:
             f = node.frame
-            if f.kind != MARKER or f.name != "compile":
-                continue
+            if f.kind != MARKER or f.name != "compile" or not is_jax_compile(ctx, node.id):
+                continue  # (torch.compile's are compile.py's)
             parent = ctx.tree.nodes[node.parent].frame
             name = parent.name if parent.kind == OP else "<jax>"
             count[name] += inc_count[node.id]
