@@ -46,3 +46,21 @@ def test_same_line_reached_two_ways_is_one_finding():
                   ([user(22)], {"cpu.time": 0.2})])
     f = run(tree)[0]
     assert f.location.line == 10 and f.evidence["cpu.time"] == 0.8
+
+
+def test_one_time_first_calls_and_worker_threads_are_not_the_steady_state():
+    from deepcontext.analysis.context import AnalysisContext
+
+    # a compiled region whose first call compiled for 20 s, run 30 times; the optimizer's line
+    # with an intra-op worker's CPU time beside its operator
+    region = [user(9), op("Torch-Compiled Region: 0/0")]
+    worker = Frame.make("thread", "worker")
+    tree = build([(region, {"op.time": 20.3, "op.first_time": 20.0, "op.count": 30}),
+                  ([user(11), op("aten::addmm")], {"op.time": 0.5, "op.count": 30,
+                                                   "cpu.time": 0.6}),
+                  ([user(11), op("aten::addmm"), worker], {"cpu.time": 4.0})])
+    ctx = AnalysisContext(tree)
+    assert ctx.profiled_metric == "op.time" and abs(ctx.profiled_time - 0.8) < 1e-9
+    first, second = run(tree)
+    assert first.location.line == 11 and abs(first.evidence["share"] - 0.5 / 0.8) < 1e-9
+    assert second.location.line == 9

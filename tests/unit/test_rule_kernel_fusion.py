@@ -208,3 +208,20 @@ def test_a_dispatch_bound_chain_without_a_fused_api_is_a_note_on_the_cpu():
                     for n in ("aten::add", "aten::clamp", "aten::rsub", "aten::sub")])
     (f,) = run(tree)
     assert f.severity == "note" and f.estimated_gain.fraction > 0.05
+
+
+def test_an_optimizers_per_parameter_update_is_not_a_chain_of_the_step_line():
+    # torch.optim's single-tensor AdamW below `opt.step()`: torch's frames fold, so its updates
+    # reach the step's line, 4 elementwise ops per step; optimizer-per-parameter owns them
+    from deepcontext.analysis.testing import TORCH_DIR
+
+    step = [user(11), lib("Optimizer.step", f"{TORCH_DIR}/optim/optimizer.py"),
+            lib("_single_tensor_adam", f"{TORCH_DIR}/optim/adam.py", 400)]
+    names = ("aten::sqrt", "aten::div", "aten::add", "aten::mul")
+    paths = [REST] + [(step + [op(name)], {"op.count": 300, "op.time": 0.03}) for name in names]
+    assert run(build(paths)) == []
+    # the same operators issued by the user's own function still are one
+    own = [REST] + [([user(11), user(4, "update"), op(name)], {"op.count": 300, "op.time": 0.03})
+                    for name in names]
+    (f,) = run(build(own))
+    assert f.location.line == 4

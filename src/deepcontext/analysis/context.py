@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..tree.cct import CallingContextTree
+from ..tree.cct import CallingContextTree, Node
 from ..tree.frame import MARKER, OP, PYTHON, THREAD, Frame
 from ..tree.usercode import is_user_file, is_user_frame
 from .finding import EstimatedGain, Finding, Location
@@ -176,9 +176,9 @@ class AnalysisContext:
     def profiled_time(self) -> float:
         """The time findings are a fraction of: the steady state's host time (sampled CPU time
         or operator wall time, whichever is larger), or the GPU time when that is larger.
-        Left out of the host time: interpreter start-up, imports and set-up contexts (building
-        and moving the model, compilation, autotuning), so a short profile reads like a long
-        one, unless the steady state is too short for the sampler to measure (then set-up
+        Left out of the host time: interpreter start-up, imports, set-up contexts (building
+        and moving the model, compilation, autotuning) and operator contexts' first calls, so a
+        short profile reads like a long one, unless the steady state is too short for the sampler to measure (then set-up
         stays in)."""
         return self.profiled_times[self.profiled_metric]
 
@@ -194,17 +194,35 @@ class AnalysisContext:
         def host(metric: str, setup: bool) -> float:
             # intra-op workers and other threads outside Python run beside the main thread:
             # adding their CPU time would make the run look longer the more cores it used
-            return sum(n.metrics.get(metric, 0.0) for n in tree.nodes if not (
-                self.in_import[n.id] or self.in_worker[n.id]
-                or (not setup and self.in_setup[n.id])))
+            return sum(n.metrics.get(metric, 0.0) if setup else self.steady_value(n, metric)
+                       for n in tree.nodes if not (
+                           self.in_import[n.id] or self.in_worker[n.id]
+                           or (not setup and self.in_setup[n.id])))
 
-        interval = self.metadata.get("sample_interval")
-        interval = float(interval) if isinstance(interval, (int, float)) and interval > 0 else 0.01
-        setup = host("cpu.time", False) < self.MIN_STEADY_SAMPLES * interval
+        setup = self.setup_included
         times = {"cpu.time": host("cpu.time", setup), "op.time": host("op.time", setup)}
         times["gpu.time"] = tree.total("gpu.time")
         times["sync.wait"] = tree.total("sync.wait")
         return times
+
+    @cached_property
+    def setup_included(self) -> bool:
+        """True when the steady state is too short to stand alone (profiled_time keeps set-up)."""
+        interval = self.metadata.get("sample_interval")
+        interval = float(interval) if isinstance(interval, (int, float)) and interval > 0 else 0.01
+        steady = sum(self.steady_value(n, "cpu.time") for n in self.tree.nodes if not (
+            self.in_import[n.id] or self.in_worker[n.id] or self.in_setup[n.id]))
+        return steady < self.MIN_STEADY_SAMPLES * interval
+
+    @staticmethod
+    def steady_value(node: Node, metric: str) -> float:
+        """A node's own ``metric`` less its one-time part: for operator time, the context's first
+        call (``op.first_time``, as host_time leaves it out: a compiled region's first call holds
+        its compilation, minutes against a steady state of seconds)."""
+        value = node.metrics.get(metric, 0.0)
+        if metric == "op.time":
+            value = max(0.0, value - node.metrics.get("op.first_time", 0.0))
+        return value
 
     @cached_property
     def profiled_metric(self) -> str:

@@ -49,6 +49,13 @@ def code_line(ctx: AnalysisContext, node: int) -> int:
     return -1
 
 
+def inside_torch_optim(ctx: AnalysisContext, node: int) -> bool:
+    """Whether torch.optim's code issued the operator at ``node`` (an optimizer's update: the
+    optimizer rule's, whose fix is the optimizer's own fused or foreach path)."""
+    return any("/torch/optim/" in ctx.tree.nodes[a].frame.file.replace("\\", "/")
+               for a in ctx.ancestors(node))
+
+
 def sites_by_code_line(ctx: AnalysisContext) -> dict[int, list[OpSite]]:
     """Every operator site (forward and backward, set-up left out) by the code line that
     issued it; backward sites sit under the ``backward`` marker of their forward line."""

@@ -49,8 +49,10 @@ class CompileTimeRule(Rule):
         markers = _compile_markers(ctx)
         total = sum(ctx.tree.exclusive(m, "compile.time") for m in markers)
         count = sum(ctx.tree.exclusive(m, "compile.count") for m in markers)
-        # the rest of the run: host time outside compilation, or GPU time when larger
-        rest = max(ctx.profiled_time - ctx.tree.total("compile.host"), ctx.tree.total("gpu.time"))
+        # the rest of the run: host time outside compilation (profiled_time leaves compilation
+        # out unless the steady state is too short, when it keeps set-up in), or GPU time
+        host = ctx.profiled_time - (ctx.tree.total("compile.host") if ctx.setup_included else 0.0)
+        rest = max(host, ctx.tree.total("gpu.time"))
         run = total + max(rest, 0.0)
         if not markers or total <= 0 or total / run < self.t("min_compile_share"):
             return

@@ -30,9 +30,10 @@ class HotspotRule(Rule):
         owned: dict[int, float] = defaultdict(float)
         top_leaf: dict[int, tuple[float, int]] = {}
         for node in ctx.tree.nodes[1:]:
-            value = node.metrics.get(metric, 0.0)
+            value = ctx.steady_value(node, metric)
             owner = ctx.owner[node.id]
-            if value <= 0 or owner <= 0 or ctx.in_import[node.id] or ctx.in_setup[node.id]:
+            if value <= 0 or owner <= 0 or ctx.in_import[node.id] or ctx.in_setup[node.id] or (
+                    ctx.in_worker[node.id]):  # (beside the line's thread: profiled_time's rule)
                 continue
             owned[owner] += value
             leaf = self._leaf(ctx, node.id)
@@ -52,13 +53,12 @@ class HotspotRule(Rule):
 
     @staticmethod
     def _metric(ctx: AnalysisContext) -> str:
-        """GPU time when present; else whichever host metric saw more time outside imports
+        """GPU time when present; else whichever host metric saw more of the steady state
         (sampling at a coarse interval can miss most of a short run; op.time misses Python)."""
         if ctx.has_gpu and ctx.tree.total("gpu.time") > 0:
             return "gpu.time"
-        outside = {m: sum(n.metrics.get(m, 0.0) for n in ctx.tree.nodes if not ctx.in_import[n.id])
-                   for m in ("cpu.time", "op.time")}
-        return "cpu.time" if outside["cpu.time"] >= outside["op.time"] else "op.time"
+        times = ctx.profiled_times
+        return "cpu.time" if times["cpu.time"] >= times["op.time"] else "op.time"
 
     @staticmethod
     def _leaf(ctx: AnalysisContext, node: int) -> int | None:

@@ -16,8 +16,8 @@ from ..finding import Finding, Location
 from ..ops import CHAIN_BREAKERS, backward_of, base_name, is_pointwise
 from ..rule import Rule, Threshold
 from ._common import (callable_name, calls_per_invocation, compile_advice, function_regions,
-                      line_executions, module_path, module_pattern, percent, row_loops, seconds,
-                      short_file, sites_by_code_line, split_by_executions)
+                      inside_torch_optim, line_executions, module_path, module_pattern, percent,
+                      row_loops, seconds, short_file, sites_by_code_line, split_by_executions)
 
 # Hand-written compositions and the fused API that replaces them: (ops all present, ops none
 # present, API). First match wins; reductions (sum, mean) tell a softmax or a norm apart.
@@ -67,7 +67,10 @@ class KernelFusionRule(Rule):
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
-        by_line = sites_by_code_line(ctx)
+        # (an optimizer's per-parameter update runs below the line that calls step(): the
+        # optimizer rule's, fixed by fused=True or foreach, not by compiling that line)
+        by_line = {line: kept for line, sites in sites_by_code_line(ctx).items()
+                   if (kept := [s for s in sites if not inside_torch_optim(ctx, s.node)])}
         # a per-row loop is cpu-latency's: vectorizing it removes the chain's repetitions
         looped = {line for loop in row_loops(ctx, min_iterations=8, max_ops_per_iteration=64,
                                               max_mean_op_s=50e-6) for line in loop.lines}

@@ -11,7 +11,7 @@ from ..context import AnalysisContext
 from ..finding import Finding
 from ..ops import INPLACE_UPDATE, base_name, is_pointwise
 from ..rule import Rule, Threshold
-from ._common import percent, seconds
+from ._common import inside_torch_optim, percent, seconds
 
 # In-place writes that reset rather than update: a loop of them is zero_grad, not an optimizer.
 _ZEROING = frozenset({"zero_", "fill_", "copy_"})
@@ -90,7 +90,7 @@ class OptimizerLoopRule(Rule):
             return  # no backward pass: in-place loops here are not parameter updates
         for owner, sites in ctx.sites_by_owner.items():
             # ops issued inside torch.optim are the library path above, not a loop of the user's
-            fwd = [s for s in sites if not s.backward and not _inside_torch_optim(ctx, s.node)]
+            fwd = [s for s in sites if not s.backward and not inside_torch_optim(ctx, s.node)]
             calls = sum(ctx.count(s.node) for s in fwd)
             updates = [s for s in fwd if base_name(s.name) in INPLACE_UPDATE]
             if all(base_name(s.name) in _ZEROING for s in updates):
@@ -152,11 +152,6 @@ def _single_tensor_step(ctx: AnalysisContext, nid: int) -> str | None:
         return None
     updates = sum(ctx.count(d) for d, n in zip(ops, names) if base_name(n) in INPLACE_UPDATE)
     return m.group(1).lower() if updates > 0 else None
-
-
-def _inside_torch_optim(ctx: AnalysisContext, node: int) -> bool:
-    return any("/torch/optim/" in ctx.tree.nodes[a].frame.file.replace("\\", "/")
-               for a in ctx.ancestors(node))
 
 
 def _cls(algorithm: str) -> str:
