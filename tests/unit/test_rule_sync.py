@@ -41,6 +41,16 @@ def test_cpu_only_quiet_just_below_min_calls():
     assert run(tree) == []
 
 
+def test_cpu_only_optimizer_step_counters_are_not_syncs():
+    # single-tensor Adam reads each parameter's step counter with .item(): a CPU tensor (not
+    # capturable), so no sync on a GPU either
+    from deepcontext.analysis.testing import TORCH_DIR
+
+    step = [user(11), lib("_single_tensor_adam", f"{TORCH_DIR}/optim/adam.py", 546)]
+    tree = build([REST, (step + [op("aten::item")], {"op.count": 840, "op.time": 5e-4})])
+    assert run(tree) == []
+
+
 def test_library_call_points_at_the_users_line():
     tree = build([REST, ([user(7), lib("log_metrics", "/x/site-packages/lightning/log.py"),
                           op("aten::item")], {"op.count": 500, "op.time": 1e-3})])

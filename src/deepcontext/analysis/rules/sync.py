@@ -11,7 +11,7 @@ from ..context import AnalysisContext
 from ..finding import Finding
 from ..ops import HOST_SYNC, base_name
 from ..rule import Rule, Threshold
-from ._common import percent, seconds
+from ._common import inside_torch_optim, percent, seconds
 
 _ADVICE = {
     "item": ("keep the value on the device: accumulate with `total += loss.detach()` and call "
@@ -121,7 +121,10 @@ class SyncRule(Rule):
 
     def _cpu_only(self, ctx: AnalysisContext) -> Iterator[Finding]:
         for owner, sites in ctx.sites_by_owner.items():
-            hits = [s for s in sites if not s.backward and base_name(s.name) in HOST_SYNC]
+            # (torch.optim's .item() reads its step counters, CPU tensors unless capturable:
+            # no sync on a GPU either)
+            hits = [s for s in sites if not s.backward and base_name(s.name) in HOST_SYNC
+                    and not inside_torch_optim(ctx, s.node)]
             calls = sum(ctx.count(s.node) for s in hits)
             if owner <= 0 or calls < self.t("min_cpu_calls"):
                 continue
