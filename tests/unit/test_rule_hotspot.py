@@ -23,7 +23,7 @@ def test_reports_top_lines_as_notes_in_order_with_the_dominant_op():
     assert (first.location.line, second.location.line) == (10, 11)
     assert first.severity == second.severity == "note"
     assert first.evidence["share"] == 0.7
-    assert "aten::addmm" in first.message
+    assert "Most of it is in aten::addmm: 100.0% of the line" in first.message
 
 
 def test_a_line_just_below_ten_percent_is_not_a_hotspot():
@@ -64,3 +64,10 @@ def test_one_time_first_calls_and_worker_threads_are_not_the_steady_state():
     first, second = run(tree)
     assert first.location.line == 11 and abs(first.evidence["share"] - 0.5 / 0.8) < 1e-9
     assert second.location.line == 9
+
+
+def test_a_line_spread_over_many_operators_names_the_largest_part():
+    # (a compiled region's line: its time in a dozen generated kernels)
+    tree = build([([user(9), op(f"cpp_fused_{k}")], {"cpu.time": 0.1}) for k in range(10)])
+    (f,) = run(tree)
+    assert "The largest part is in cpp_fused_0: 10.0% of the line" in f.message

@@ -77,7 +77,8 @@ class HotspotRule(Rule):
         if leaf is not None:
             frame = ctx.tree.nodes[leaf[1]].frame
             side = " (in backward)" if ctx.in_backward[leaf[1]] else ""
-            inner = f" Most of it is in {frame.name}{side}: {percent(leaf[0] / value)} of the line."
+            lead = "Most of it" if leaf[0] >= 0.5 * value else "The largest part"
+            inner = f" {lead} is in {frame.name}{side}: {percent(leaf[0] / value)} of the line."
         return ctx.finding(
             self, node, severity="note",
             title=f"{short}:{loc.line} ({callable_name(loc.function)}) owns {percent(share)} of "
