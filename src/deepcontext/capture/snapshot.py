@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from ..tree.cct import CallingContextTree
-from ..tree.frame import PYTHON, Frame
+from ..tree.frame import MARKER, PYTHON, Frame
 from . import inductor
 from .inductor.placement import Placer
 
@@ -30,6 +30,23 @@ def _parse_extra(extra: str) -> dict[str, str]:
             k, v = part.split("=", 1)
             out[k] = v
     return out
+
+
+# Where time with no frame of the program's goes (the core's name for a frameless sample).
+NO_FRAME = Frame.make(MARKER, "<no Python frame>")
+
+
+def _off_the_root(tree: CallingContextTree) -> CallingContextTree:
+    """A sample in the launcher's or the profiler's own frames alone (the program not started
+    yet, or returned) folds onto the root. The root is no context, and the exporters, whose
+    stacks start below it, would drop that time: it goes under ``NO_FRAME``."""
+    root = tree.nodes[0]
+    if root.metrics:
+        nid = tree.child(0, NO_FRAME)
+        for name, value in root.metrics.items():
+            tree.add_metric(nid, name, value)
+        root.metrics.clear()
+    return tree
 
 
 def _folds(frame: Frame, at_root: bool) -> bool:
@@ -56,7 +73,8 @@ def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
             alive[nodes[i][0]] = True
     tree = CallingContextTree(metadata)
     if compiled is not None:  # torch.compile ran: kernels under their source lines
-        return _build_compiled(tree, compiled, nodes, made, alive, metric_names, metrics)
+        return _off_the_root(_build_compiled(tree, compiled, nodes, made, alive, metric_names,
+                                             metrics))
     mapped = [0] * len(nodes)
     for i in range(1, len(nodes)):
         if not alive[i]:
@@ -70,7 +88,7 @@ def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
             mapped[i] = tree.child(p, frame)
     for node, mid, value in metrics:
         tree.add_metric(mapped[node], metric_names[mid], value)
-    return tree
+    return _off_the_root(tree)
 
 
 def _build_compiled(tree: CallingContextTree, state: Any, nodes: Any, made: list[Frame],
