@@ -178,8 +178,8 @@ class AnalysisContext:
         or operator wall time, whichever is larger), or the GPU time when that is larger.
         Left out of the host time: interpreter start-up, imports, set-up contexts (building
         and moving the model, compilation, autotuning) and operator contexts' first calls, so a
-        short profile reads like a long one, unless the steady state is too short for the sampler to measure (then set-up
-        stays in)."""
+        short profile reads like a long one, unless the steady state is too short for the
+        sampler to measure (then set-up stays in)."""
         return self.profiled_times[self.profiled_metric]
 
     #: A steady state the CPU-time sampler saw fewer times than this is too coarse a
@@ -218,7 +218,7 @@ class AnalysisContext:
     def steady_value(node: Node, metric: str) -> float:
         """A node's own ``metric`` less its one-time part: for operator time, the context's first
         call (``op.first_time``, as host_time leaves it out: a compiled region's first call holds
-        its compilation, minutes against a steady state of seconds)."""
+        its compilation, tens of seconds against a steady state that can be under one)."""
         value = node.metrics.get(metric, 0.0)
         if metric == "op.time":
             value = max(0.0, value - node.metrics.get("op.first_time", 0.0))
