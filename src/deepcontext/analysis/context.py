@@ -190,17 +190,8 @@ class AnalysisContext:
     def profiled_times(self) -> dict[str, float]:
         """Each candidate for the profiled time (steady host metrics, GPU totals)."""
         tree = self.tree
-
-        def host(metric: str, setup: bool) -> float:
-            # intra-op workers and other threads outside Python run beside the main thread:
-            # adding their CPU time would make the run look longer the more cores it used
-            return sum(n.metrics.get(metric, 0.0) if setup else self.steady_value(n, metric)
-                       for n in tree.nodes if not (
-                           self.in_import[n.id] or self.in_worker[n.id]
-                           or (not setup and self.in_setup[n.id])))
-
         setup = self.setup_included
-        times = {"cpu.time": host("cpu.time", setup), "op.time": host("op.time", setup)}
+        times = {m: self._host_total(m, setup) for m in ("cpu.time", "op.time")}
         times["gpu.time"] = tree.total("gpu.time")
         times["sync.wait"] = tree.total("sync.wait")
         return times
@@ -210,9 +201,17 @@ class AnalysisContext:
         """True when the steady state is too short to stand alone (profiled_time keeps set-up)."""
         interval = self.metadata.get("sample_interval")
         interval = float(interval) if isinstance(interval, (int, float)) and interval > 0 else 0.01
-        steady = sum(self.steady_value(n, "cpu.time") for n in self.tree.nodes if not (
-            self.in_import[n.id] or self.in_worker[n.id] or self.in_setup[n.id]))
-        return steady < self.MIN_STEADY_SAMPLES * interval
+        return self._host_total("cpu.time", False) < self.MIN_STEADY_SAMPLES * interval
+
+    def _host_total(self, metric: str, setup: bool) -> float:
+        """``metric`` over the run outside imports and worker threads: with set-up and one-time
+        work when ``setup``, else the steady state's (steady_value, set-up contexts left out).
+        Intra-op workers and other threads outside Python run beside the main thread: adding
+        their CPU time would make the run look longer the more cores it used."""
+        return sum(n.metrics.get(metric, 0.0) if setup else self.steady_value(n, metric)
+                   for n in self.tree.nodes if not (
+                       self.in_import[n.id] or self.in_worker[n.id]
+                       or (not setup and self.in_setup[n.id])))
 
     @staticmethod
     def steady_value(node: Node, metric: str) -> float:
