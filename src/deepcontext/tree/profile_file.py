@@ -143,13 +143,12 @@ class ProfileWriter:
         try:
             for table in _TABLES:
                 db.execute(f"DELETE FROM {table}")
-            db.executemany("INSERT INTO meta VALUES (?, ?)",
-                           [(k, json.dumps(v, default=str)) for k, v in meta.items()])
-            db.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)", frames)
-            db.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
-            db.executemany("INSERT INTO metric_defs VALUES (?, ?, ?)", defs)
-            db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", metrics)
-            db.executemany("INSERT INTO rank_metrics VALUES (?, ?, ?, ?)", rank_rows)
+            _insert(db, "meta", [(k, json.dumps(v, default=str)) for k, v in meta.items()])
+            _insert(db, "frames", frames)
+            _insert(db, "nodes", nodes)
+            _insert(db, "metric_defs", defs)
+            _insert(db, "metrics", metrics)
+            _insert(db, "rank_metrics", rank_rows)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -198,6 +197,28 @@ class ProfileWriter:
 
     def close(self) -> None:
         self._db.close()
+
+
+#: Rows per INSERT statement (at most; fewer where SQLite allows fewer bound values).
+_ROWS_PER_INSERT = 4096
+
+
+def _insert(db: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
+    """Many rows per statement. Python's sqlite3 gives up the GIL for every statement it steps,
+    and a periodic flush runs on the flusher thread: with one row a statement (executemany) the
+    program's thread lost the GIL to it about once per row, 2,000 times a flush of GPT-2
+    generate's tree, each a wake-up and a wait of the program's thread
+    (cpu-2026-12-04-flush-gil.md)."""
+    if not rows:
+        return
+    width = len(rows[0])
+    cap = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if hasattr(db, "getlimit") else 999
+    per = max(1, min(_ROWS_PER_INSERT, cap // width))
+    one = "(" + ", ".join("?" * width) + ")"
+    for start in range(0, len(rows), per):
+        chunk = rows[start:start + per]
+        values = [v for row in chunk for v in row]
+        db.execute(f"INSERT INTO {table} VALUES " + ", ".join([one] * len(chunk)), values)
 
 
 def _remove_stale(p: Path) -> None:
