@@ -74,6 +74,41 @@ def test_file_round_trip(tmp_path):
     assert [n.frame for n in back.nodes] == [n.frame for n in literal_tree().nodes]
 
 
+def wide_tree(n: int) -> CallingContextTree:
+    t = CallingContextTree()
+    for i in range(n):
+        leaf = t.add_path([MAIN, Frame.make("python", f"f{i}", "/app/m.py", i + 1)])
+        t.add_metric(leaf, "op.time", float(i))
+        t.add_metric(leaf, "op.count", i + 1)
+    return t
+
+
+@pytest.mark.parametrize("limit", [None, 7])
+def test_rows_past_one_statement_round_trip(tmp_path, limit):
+    """A flush inserts many rows a statement (profile_file._insert): 9,000 leaves' frames,
+    nodes and 18,000 metric rows span several statements; under SQLite's own limit of 7 bound
+    values a statement (set on the writer's database) it is one row a statement."""
+    from deepcontext.tree.profile_file import ProfileWriter
+
+    n = 9000 if limit is None else 300
+    path = tmp_path / "wide.dcprof"
+    w = ProfileWriter(path)
+    if limit is not None:
+        if not hasattr(w._db, "setlimit"):
+            pytest.skip("Connection.setlimit is Python 3.11+")
+        w._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+    w.write(wide_tree(n))
+    w.close()
+    back = load(path)
+    back.self_check()
+    assert len(back) == n + 2
+    assert back.total("op.count") == n * (n + 1) // 2
+    assert back.total("op.time") == sum(range(n))
+    i = n - 1
+    leaf = back.add_path([MAIN, Frame.make("python", f"f{i}", "/app/m.py", i + 1)])
+    assert (back.exclusive(leaf, "op.time"), back.exclusive(leaf, "op.count")) == (i, n)
+
+
 def test_a_name_at_the_255_byte_limit_round_trips(tmp_path):
     # its "-journal" and partial names would be too long to exist: neither write nor read trips
     t = CallingContextTree()
