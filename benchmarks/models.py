@@ -230,6 +230,7 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
         out += ["", "Notes in the profiles:", ""] + [f"- {n}" for n in notes]
     if AUTOGRAD_THREADS:
         out += main_thread_table(results, modes)
+        out += autograd_thread_table(results, modes)
     if args.versus:
         out += versus(results, modes, args.versus)
     if args.growth:
@@ -257,6 +258,33 @@ def main_thread_table(results: dict, modes: list[str]) -> list[str]:
         cells = [name, f"{off_main * 1e3:.2f}"]
         for mode, rs in [*((m, res["rounds"]) for m in modes), ("torch", res["torch_rounds"])]:
             cells.append(f"{paired(rs, mode, 'main_cpu')[0]:.3f}" if rs else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def autograd_thread_table(results: dict, modes: list[str]) -> list[str]:
+    """Torch's autograd threads alone (the step threads' CPU minus the main thread's), where a GPU
+    runs backward: their events are the step's densest, so a per-event cost shows most there."""
+    def alone(block: dict) -> float:
+        return block["cpu"] - block["main_cpu"]
+
+    out = ["", "Torch's autograd threads alone (CPU minus the main thread's; median of paired "
+           "ratios, and of the milliseconds a step they add):", "",
+           "| model | off autograd ms | " + " | ".join(f"{m} autograd" for m in [*modes, "torch"]) + " |",
+           "|---|" + "---:|" * (2 + len(modes))]
+    for name, res in results.items():
+        rounds = [r for r in res["rounds"] if alone(r["off"]) > 1e-4]
+        if not rounds:
+            continue  # (no backward on another thread: generation, the CPU)
+        cells = [name, f"{statistics.median(alone(r['off']) for r in rounds) * 1e3:.2f}"]
+        for mode, rs in [*((m, rounds) for m in modes),
+                         ("torch", [r for r in res["torch_rounds"] if alone(r["off"]) > 1e-4])]:
+            if not rs:
+                cells.append("-")
+                continue
+            ratio = statistics.median(alone(r[mode]) / alone(r["off"]) for r in rs)
+            added = statistics.median(alone(r[mode]) - alone(r["off"]) for r in rs)
+            cells.append(f"{ratio:.3f} ({added * 1e3:+.2f} ms)")
         out.append("| " + " | ".join(cells) + " |")
     return out
 
