@@ -268,17 +268,20 @@ def autograd_thread_table(results: dict, modes: list[str]) -> list[str]:
     def alone(block: dict) -> float:
         return block["cpu"] - block["main_cpu"]
 
+    # The rounds whose backward ran on another thread (none in generation, or on the CPU).
+    def with_backward(rounds: list[dict]) -> list[dict]:
+        return [r for r in rounds if alone(r["off"]) > 1e-4]
+
     out = ["", "Torch's autograd threads alone (CPU minus the main thread's; median of paired "
            "ratios, and of the milliseconds a step they add):", "",
            "| model | off autograd ms | " + " | ".join(f"{m} autograd" for m in [*modes, "torch"]) + " |",
            "|---|" + "---:|" * (2 + len(modes))]
     for name, res in results.items():
-        rounds = [r for r in res["rounds"] if alone(r["off"]) > 1e-4]
+        rounds = with_backward(res["rounds"])
         if not rounds:
-            continue  # (no backward on another thread: generation, the CPU)
+            continue
         cells = [name, f"{statistics.median(alone(r['off']) for r in rounds) * 1e3:.2f}"]
-        for mode, rs in [*((m, rounds) for m in modes),
-                         ("torch", [r for r in res["torch_rounds"] if alone(r["off"]) > 1e-4])]:
+        for mode, rs in [*((m, rounds) for m in modes), ("torch", with_backward(res["torch_rounds"]))]:
             if not rs:
                 cells.append("-")
                 continue
