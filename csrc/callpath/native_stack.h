@@ -38,6 +38,12 @@ int backtrace(uintptr_t* ips, int max, int skip);
 // Same, forcing one unwinder (benchmarks and tests): use_libunwind false selects libgcc.
 int backtrace_with(bool use_libunwind, uintptr_t* ips, int max, int skip);
 
+// The calling thread's return addresses as backtrace() gives them from the caller's own frame
+// (skip 0: ips[0] is in the caller), with the stack address each was read from, by libgcc's
+// unwinder (slow: for memoizing a stack's shape, not per event). x86-64 only (elsewhere 0); a
+// signal frame ends the walk.
+int backtrace_slots(uintptr_t* ips, uintptr_t* slots, int max, int skip);
+
 // After a library is unloaded: drops libunwind's cached frame shapes and the module map.
 void flush_caches();
 

@@ -151,6 +151,55 @@ __attribute__((noinline)) int backtrace(uintptr_t* ips, int max, int skip) {
   return n;
 }
 
+namespace {
+struct SlotState {
+  uintptr_t* ips;
+  uintptr_t* slots;
+  int n, max;
+};
+
+_Unwind_Reason_Code slot_step(struct _Unwind_Context* ctx, void* arg) {
+  auto* st = static_cast<SlotState*>(arg);
+  int before = 0;
+  uintptr_t ip = _Unwind_GetIPInfo(ctx, &before);
+  // A signal frame's pc was not pushed by a call: no slot holds it, so the walk ends there.
+  if (ip == 0 || before || st->n >= st->max) return _URC_END_OF_STACK;
+  st->ips[st->n] = ip;
+  // A call pushes its return address just below the callee's CFA (x86-64's ABI), and a context
+  // whose ip is that return address reports the callee's CFA (it was reached by unwinding it).
+  st->slots[st->n] = _Unwind_GetCFA(ctx) - sizeof(uintptr_t);
+  ++st->n;
+  return _URC_NO_REASON;
+}
+}  // namespace
+
+__attribute__((noinline)) int backtrace_slots(uintptr_t* ips, uintptr_t* slots, int max, int skip) {
+#if defined(__x86_64__)
+  uintptr_t raw_ips[kMaxRaw], raw_slots[kMaxRaw];
+  SlotState st{raw_ips, raw_slots, 0, std::min(max + skip + 4, kMaxRaw)};
+  _Unwind_Backtrace(slot_step, &st);
+  auto mine = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  int first = -1;
+  for (int i = 0; i < std::min(st.n, 6); ++i) {
+    if (raw_ips[i] == mine) {
+      first = i;
+      break;
+    }
+  }
+  if (first < 0) return 0;
+  first += skip;
+  int count = std::max(0, std::min(st.n - first, max));
+  if (count > 0) {
+    std::memcpy(ips, raw_ips + first, sizeof(uintptr_t) * count);
+    std::memcpy(slots, raw_slots + first, sizeof(uintptr_t) * count);
+  }
+  asm volatile("" ::: "memory");
+  return count;
+#else
+  return 0;
+#endif
+}
+
 void flush_caches_of_modules();  // native_symbolize.cpp
 
 void flush_caches() {

@@ -113,6 +113,10 @@ bool native_place(TreeWriter& t, const Describer& d, const uintptr_t* ips, int n
 // begin where the caller's native::backtrace(ips, max, 1) would begin them (noinline: one frame).
 [[gnu::noinline]] int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
                                     int* n_read);
+// The whole native stack of an event outside any op (`which` 0: an op entering, whose name is
+// `what`; 1: another event), as the caller's native::backtrace(ips, kMaxNative, 1) gives it,
+// from the thread's remembered stacks where one holds (stack_paths.h). Returns the count.
+[[gnu::noinline]] int unwind_whole(ThreadState* s, int which, const void* what, uintptr_t* ips);
 // Records `e`'s call frame (at outermost-first depth `cut` of a stack `n_ips` deep, of which
 // ips[0, n_read) are known) and the frames outside it, for unwind_inside.
 void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, int cut);

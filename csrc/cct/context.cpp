@@ -1,5 +1,7 @@
 // Where an event is: the calling thread's Python path (prefix-cached), the open operator, and
 // with native frames the spliced path, as a tree node.
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -363,6 +365,45 @@ int first_unwind_hint(int which) {
   }();
   return forced != 0 ? forced : which == 0 ? 24 : 48;
 }
+
+// The highest address of the calling thread's stack (0: unknown).
+uintptr_t stack_top() {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+  void* lo = nullptr;
+  size_t size = 0;
+  const bool ok = pthread_attr_getstack(&attr, &lo, &size) == 0;
+  pthread_attr_destroy(&attr);
+  return ok ? reinterpret_cast<uintptr_t>(lo) + size : 0;
+}
+
+// A stack this thread remembers under `key` that the one above `base` (the caller's frame
+// address) has, into ips (stack_paths.h).
+inline bool recall(ThreadState* s, uint64_t key, uintptr_t base, uintptr_t* ips, int* n_read) {
+  if (s->stack_hi == 0) s->stack_hi = stack_top();
+  StackPaths* const known = s->stack_paths.load(std::memory_order_relaxed);
+  return known != nullptr && recall_stack(known, key, base, s->stack_hi, ips, n_read);
+}
+
+// Remembers the stack `ips` (n frames, unwound by the caller with skip 2) under `key`. Inlined:
+// the frames and slots are read from the caller's own frame, whose address is `base`. Learning
+// costs a slow unwind (~10 us): while stacks are new, and for at most one event in 8 once they
+// repeat (where slots never hold, e.g. frames sized at run time).
+[[gnu::always_inline]] inline void learn(ThreadState* s, uint64_t key, uintptr_t base,
+                                         const uintptr_t* ips, int n) {
+  StackPaths* p = s->stack_paths.load(std::memory_order_relaxed);
+  if (s->stack_hi == 0 || n > StackPaths::kFrames ||
+      (p != nullptr && p->learned.load(std::memory_order_relaxed) >=
+                           64 + p->recalled.load(std::memory_order_relaxed) / 8))
+    return;
+  if (p == nullptr) {
+    p = new StackPaths();
+    s->stack_paths.store(p, std::memory_order_release);
+  }
+  uintptr_t slot_ips[StackPaths::kFrames], slots[StackPaths::kFrames];
+  const int m = native::backtrace_slots(slot_ips, slots, n, 2);
+  remember_stack(p, key, base, ips, n, slot_ips, slots, m);
+}
 }  // namespace
 
 int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips, int* n_read) {
@@ -370,6 +411,13 @@ int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
   if (hint == 0) hint = first_unwind_hint(which);
   // (skip 2: this frame and the caller's, as the caller's own native::backtrace(.., 1) would)
   if (hint == kWhole) return *n_read = native::backtrace(ips, kMaxNative, 2);
+  // A stack seen before, where its slots still hold its frames: no unwind (stack_paths.h).
+  const uintptr_t base = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  const uint64_t key = stack_path_key(top.node, which, static_cast<intptr_t>(top.entry_sp - base));
+  if (recall(s, key, base, ips, n_read)) {
+    const int depth = depth_at_anchor(top, ips, *n_read);
+    if (depth >= 0) return depth;
+  }
   int n = native::backtrace(ips, std::min(hint, kMaxNative), 2);
   int depth = depth_at_anchor(top, ips, n);
   if (depth < 0 && n == hint && hint < kMaxNative) {  // (n < hint: the whole stack was read)
@@ -381,7 +429,22 @@ int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
                       : kMaxNative;
   }
   *n_read = n;
+  if (depth >= 0) learn(s, key, base, ips, n);
   return depth >= 0 ? depth : n;
+}
+
+int unwind_whole(ThreadState* s, int which, const void* what, uintptr_t* ips) {
+  if (first_unwind_hint(0) == kWhole) return native::backtrace(ips, kMaxNative, 2);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (s->stack_hi == 0) s->stack_hi = stack_top();
+  // (the stack's depth: events at the same depth under the same op name share a set)
+  const uint64_t key = stack_path_key(reinterpret_cast<uintptr_t>(what), which + 2,
+                                      static_cast<intptr_t>(s->stack_hi - base));
+  int n = 0;
+  if (recall(s, key, base, ips, &n)) return n;
+  n = native::backtrace(ips, kMaxNative, 2);
+  if (n < kMaxNative) learn(s, key, base, ips, n);  // (a truncated stack: its outer frames vary)
+  return n;
 }
 
 void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, int cut) {

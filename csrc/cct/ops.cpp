@@ -166,7 +166,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   int n_read = 0;
   const int n_ips = !native ? 0
                     : top ? unwind_inside(s, *top, 0, ips, &n_read)
-                          : (n_read = native::backtrace(ips, kMaxNative, 1));
+                          : (n_read = unwind_whole(s, 0, name, ips));
   if (native) mark_native_ready(s);
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
@@ -230,6 +230,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.child_ns = 0;
   e.native_cut = cut;
   if (native) set_native_anchor(e, ips, n_read, n_ips, cut);
+  e.entry_sp = reinterpret_cast<uintptr_t>(&buf[0]);
   set_epoch(e, epoch);
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;

@@ -127,6 +127,7 @@ ThreadState* make_locked(pid_t tid, Role role, clockid_t clock) {
   s->chain.n = 0;
   s->under_op_path.n = 0;
   s->native_ready.store(false);
+  s->stack_hi = 0;  // (another thread's stack; the remembered stacks are offsets, kept)
   s->thread_node = 0;  // op_names / op_children / native_memo stay valid: ids are never removed
   ++s->generation;
   s->phase.store(Phase::Seen, std::memory_order_release);
@@ -386,6 +387,17 @@ uint64_t dropped_samples() {
   uint64_t total = 0;
   for (ThreadState* s : g_all) total += s->dropped.load();
   return total;
+}
+
+void stack_memo_counts(uint64_t* recalled, uint64_t* learned) {
+  std::lock_guard<std::mutex> g(g_mu);
+  *recalled = *learned = 0;
+  for (ThreadState* s : g_all) {
+    if (const detail::StackPaths* p = s->stack_paths.load(std::memory_order_acquire)) {
+      *recalled += p->recalled.load(std::memory_order_relaxed);
+      *learned += p->learned.load(std::memory_order_relaxed);
+    }
+  }
 }
 
 size_t live_states() {

@@ -65,6 +65,9 @@ void drain_all();
 void poll_workers(const std::function<void(ThreadState*, double)>& charge);
 
 uint64_t dropped_samples();
+// Events inside placed ops that took a remembered native stack instead of unwinding, and the
+// stacks remembered, over every thread (stack_paths.h).
+void stack_memo_counts(uint64_t* recalled, uint64_t* learned);
 size_t live_states();
 uint64_t refused_registrations();  // thread ids the registry could not map (noted in metadata)
 

@@ -13,6 +13,7 @@
 #include "child_cache.h"
 #include "native_context.h"
 #include "node_memo.h"
+#include "stack_paths.h"
 
 namespace dc {
 
@@ -84,6 +85,8 @@ struct OpEntry {
   static constexpr int kAnchor = 4;
   int native_anchor_n;
   uintptr_t native_anchor[kAnchor];
+  uintptr_t entry_sp;    // a stack address in op_enter's frame: how deep below it an event inside
+                         // runs picks the remembered stacks it is compared with (stack_paths.h)
   PolledU32 epoch;       // session that opened it: an exit in another session charges nothing
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
@@ -308,6 +311,10 @@ struct ThreadState {
   // events (launches, allocations): enough to reach the op's call frame, grown where it was not
   // (0: not set yet; unwind_inside).
   int unwind_hint[2] = {0, 0};
+  // Native stacks seen inside placed ops (allocated at the first; never freed, like the state),
+  // and the top of this thread's stack, past which none of their slots is read (0: not known).
+  std::atomic<detail::StackPaths*> stack_paths{nullptr};
+  uintptr_t stack_hi = 0;
 };
 
 }  // namespace dc

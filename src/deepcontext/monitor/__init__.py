@@ -95,7 +95,8 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["sample"] = sample_interval > 0
     if "native" in context:
         info = core.native_info()
-        _state["native"] = {**info, "mismatches_before": core.splice_mismatches()}
+        _state["native"] = {**info, "mismatches_before": core.splice_mismatches(),
+                            "stacks_before": core.native_stack_memo()}
         if info["unwinder"] != "libunwind":
             note("native frames: libunwind.so.8 not found, using libgcc's unwinder (about 10x "
                  "slower per event); install libunwind8 or set DEEPCONTEXT_LIBUNWIND")
@@ -360,8 +361,11 @@ def metadata() -> dict[str, Any]:
     meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
     native = _state.get("native")
     if native:
+        recalled, learned = (now - before for now, before in
+                             zip(core.native_stack_memo(), native["stacks_before"]))
         meta["native"] = {"unwinder": native["unwinder"], "line_reader": native["line_reader"],
-                          "unpaired_events": core.splice_mismatches() - native["mismatches_before"]}
+                          "unpaired_events": core.splice_mismatches() - native["mismatches_before"],
+                          "stacks_recalled": recalled, "stacks_learned": learned}
     if _state.get("hooks"):
         meta["hooks"] = [{"library": lib, "function": fn, "loaded": loaded, "bindings": n}
                          for lib, fn, loaded, n in _state.get("hooks_final") or core.hooks_installed()]
