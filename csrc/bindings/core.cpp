@@ -186,10 +186,11 @@ NB_MODULE(_core, m) {
   m.def("notes", &dc::notes_joined);
   m.def("dropped_samples", &dc::dropped_samples);
   m.def("native_stack_memo", [] {
-    uint64_t recalled, learned;
-    dc::native_stack_memo(&recalled, &learned);
-    return nb::make_tuple(recalled, learned);
-  }, "(events that took a remembered native stack instead of unwinding, stacks remembered).");
+    uint64_t unwound, recalled, learned;
+    dc::native_stack_memo(&unwound, &recalled, &learned);
+    return nb::make_tuple(unwound, recalled, learned);
+  }, "(native stacks unwound for operator events and launches, events that took a remembered "
+     "stack instead, stacks remembered).");
   m.def("splice_mismatches", &dc::splice_mismatches,
         "Events whose native and Python stacks could not be paired (Python-only path used).");
   m.def("snapshot", &snapshot);

@@ -143,8 +143,8 @@ std::string notes_joined() {
 void drain_samples() { registry::drain_all(); }
 
 uint64_t dropped_samples() { return registry::dropped_samples(); }
-void native_stack_memo(uint64_t* recalled, uint64_t* learned) {
-  registry::stack_memo_counts(recalled, learned);
+void native_stack_memo(uint64_t* unwound, uint64_t* recalled, uint64_t* learned) {
+  registry::stack_memo_counts(unwound, recalled, learned);
 }
 
 size_t live_thread_states() { return registry::live_states(); }

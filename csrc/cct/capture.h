@@ -63,9 +63,9 @@ void drain_samples();
 // Notes accumulated for the profile metadata.
 std::string notes_joined();
 uint64_t dropped_samples();
-// Native unwinds inside operators that a remembered stack replaced, and stacks remembered (all
-// threads, since the process began).
-void native_stack_memo(uint64_t* recalled, uint64_t* learned);
+// Native stacks unwound for operator events and launches, unwinds that a remembered stack
+// replaced, and stacks remembered (all threads, since the process began).
+void native_stack_memo(uint64_t* unwound, uint64_t* recalled, uint64_t* learned);
 size_t live_thread_states();  // registry states not yet reaped (tests)
 
 // Observer for the monitor's Python callbacks on the torch.op domain (phase 0 enter, 1 exit).

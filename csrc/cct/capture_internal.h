@@ -105,18 +105,19 @@ bool native_place(TreeWriter& t, const Describer& d, const uintptr_t* ips, int n
                   NativePlace* out, bool leaf_is_pc = false);
 
 // The native stack of an event inside `top` (an op placed by its own call frame) into `ips`,
-// innermost first: the frames at and outside an open op's call frame cannot change while it
-// runs, so only the first s->unwind_hint[which] are unwound and the op's call frame is found
-// among them by the frames recorded at it (OpEntry::native_anchor); the whole stack is unwound
+// innermost first: the frames outside an open op's call frame cannot change while it runs, so
+// only the first s->unwind_hint[which] are unwound and the op's call frame is found among them
+// just inside the frames recorded outside it (OpEntry::native_anchor); the whole stack is unwound
 // where it is not, and the hint grows. Returns the whole stack's depth (what native_place takes:
 // it reads only the frames inside the op) and sets *n_read to the frames written. The frames
 // begin where the caller's native::backtrace(ips, max, 1) would begin them (noinline: one frame).
 [[gnu::noinline]] int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
                                     int* n_read);
-// The whole native stack of an event outside any op (`which` 0: an op entering, whose name is
-// `what`; 1: another event), as the caller's native::backtrace(ips, kMaxNative, 1) gives it,
-// from the thread's remembered stacks where one holds (stack_paths.h). Returns the count.
-[[gnu::noinline]] int unwind_whole(ThreadState* s, int which, const void* what, uintptr_t* ips);
+// The whole native stack of an event outside any op (`which` 0: an op entering, `what` its
+// name's hash, by text since backward ops' names are temporaries; 1: another event, `what` 0),
+// as the caller's native::backtrace(ips, kMaxNative, 1) gives it, from the thread's remembered
+// stacks where one holds (stack_paths.h). Returns the count.
+[[gnu::noinline]] int unwind_whole(ThreadState* s, int which, uint64_t what, uintptr_t* ips);
 // Records `e`'s call frame (at outermost-first depth `cut` of a stack `n_ips` deep, of which
 // ips[0, n_read) are known) and the frames outside it, for unwind_inside.
 void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, int cut);

@@ -343,12 +343,13 @@ uint64_t native_key(const uintptr_t* ips, int n_read, int n_ips, const dc_raw_fr
 
 namespace {
 // The depth of the whole stack whose first n frames are `ips`, where they reach `top`'s call
-// frame (its recorded frames follow each other there); -1 where they do not.
+// frame (the frames recorded outside it follow each other there, the call frame just inside
+// them); -1 where they do not.
 int depth_at_anchor(const OpEntry& top, const uintptr_t* ips, int n) {
   const int m = top.native_anchor_n;
   if (top.native_cut < 0 || m <= 0) return -1;
-  for (int j = 0; j + m <= n; ++j)
-    if (std::equal(top.native_anchor, top.native_anchor + m, ips + j)) return j + top.native_cut + 1;
+  for (int j = 1; j + m <= n; ++j)  // (j - 1: the call frame's index, innermost first)
+    if (std::equal(top.native_anchor, top.native_anchor + m, ips + j)) return j + top.native_cut;
   return -1;
 }
 
@@ -364,6 +365,12 @@ int first_unwind_hint(int which) {
     return std::strcmp(v, "full") == 0 ? kWhole : std::clamp(std::atoi(v), 1, kMaxNative);
   }();
   return forced != 0 ? forced : which == 0 ? 24 : 48;
+}
+
+// An unwind's frame count, the unwind counted (ThreadState::native_unwinds).
+inline int counted(ThreadState* s, int n) {
+  s->native_unwinds.store(s->native_unwinds.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return n;
 }
 
 // The highest address of the calling thread's stack (0: unknown).
@@ -410,7 +417,7 @@ int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
   int& hint = s->unwind_hint[which];
   if (hint == 0) hint = first_unwind_hint(which);
   // (skip 2: this frame and the caller's, as the caller's own native::backtrace(.., 1) would)
-  if (hint == kWhole) return *n_read = native::backtrace(ips, kMaxNative, 2);
+  if (hint == kWhole) return *n_read = counted(s, native::backtrace(ips, kMaxNative, 2));
   // A stack seen before, where its slots still hold its frames: no unwind (stack_paths.h).
   const uintptr_t base = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   const uint64_t key = stack_path_key(top.node, which, static_cast<intptr_t>(top.entry_sp - base));
@@ -418,10 +425,10 @@ int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
     const int depth = depth_at_anchor(top, ips, *n_read);
     if (depth >= 0) return depth;
   }
-  int n = native::backtrace(ips, std::min(hint, kMaxNative), 2);
+  int n = counted(s, native::backtrace(ips, std::min(hint, kMaxNative), 2));
   int depth = depth_at_anchor(top, ips, n);
   if (depth < 0 && n == hint && hint < kMaxNative) {  // (n < hint: the whole stack was read)
-    n = native::backtrace(ips, kMaxNative, 2);
+    n = counted(s, native::backtrace(ips, kMaxNative, 2));
     depth = depth_at_anchor(top, ips, n);
     // The call frame's index, its anchor, and room for variation; where even the whole stack
     // lacks it (another stack than the op's), whole unwinds from now on: never two per event.
@@ -433,26 +440,26 @@ int unwind_inside(ThreadState* s, const OpEntry& top, int which, uintptr_t* ips,
   return depth >= 0 ? depth : n;
 }
 
-int unwind_whole(ThreadState* s, int which, const void* what, uintptr_t* ips) {
-  if (first_unwind_hint(0) == kWhole) return native::backtrace(ips, kMaxNative, 2);
+int unwind_whole(ThreadState* s, int which, uint64_t what, uintptr_t* ips) {
+  if (first_unwind_hint(0) == kWhole) return counted(s, native::backtrace(ips, kMaxNative, 2));
   const uintptr_t base = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   if (s->stack_hi == 0) s->stack_hi = stack_top();
   // (the stack's depth: events at the same depth under the same op name share a set)
-  const uint64_t key = stack_path_key(reinterpret_cast<uintptr_t>(what), which + 2,
+  const uint64_t key = stack_path_key(what, which + 2,
                                       static_cast<intptr_t>(s->stack_hi - base));
   int n = 0;
   if (recall(s, key, base, ips, &n)) return n;
-  n = native::backtrace(ips, kMaxNative, 2);
+  n = counted(s, native::backtrace(ips, kMaxNative, 2));
   if (n < kMaxNative) learn(s, key, base, ips, n);  // (a truncated stack: its outer frames vary)
   return n;
 }
 
 void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, int cut) {
-  const int call = n_ips - 1 - cut;  // innermost-first index of the call frame
+  const int outside = n_ips - cut;  // innermost-first index of the call frame's caller
   e.native_anchor_n = 0;
-  if (cut < 0 || call < 0 || call >= n_read) return;
-  e.native_anchor_n = std::min(OpEntry::kAnchor, n_read - call);
-  std::copy(ips + call, ips + call + e.native_anchor_n, e.native_anchor);
+  if (cut < 0 || outside < 1 || outside >= n_read) return;
+  e.native_anchor_n = std::min(OpEntry::kAnchor, n_read - outside);
+  std::copy(ips + outside, ips + outside + e.native_anchor_n, e.native_anchor);
 }
 
 }  // namespace dc::detail

@@ -166,7 +166,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   int n_read = 0;
   const int n_ips = !native ? 0
                     : top ? unwind_inside(s, *top, 0, ips, &n_read)
-                          : (n_read = unwind_whole(s, 0, name, ips));
+                          : (n_read = unwind_whole(s, 0, std::hash<std::string_view>{}(name), ips));
   if (native) mark_native_ready(s);
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);

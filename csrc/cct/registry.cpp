@@ -389,10 +389,11 @@ uint64_t dropped_samples() {
   return total;
 }
 
-void stack_memo_counts(uint64_t* recalled, uint64_t* learned) {
+void stack_memo_counts(uint64_t* unwound, uint64_t* recalled, uint64_t* learned) {
   std::lock_guard<std::mutex> g(g_mu);
-  *recalled = *learned = 0;
+  *unwound = *recalled = *learned = 0;
   for (ThreadState* s : g_all) {
+    *unwound += s->native_unwinds.load(std::memory_order_relaxed);
     if (const detail::StackPaths* p = s->stack_paths.load(std::memory_order_acquire)) {
       *recalled += p->recalled.load(std::memory_order_relaxed);
       *learned += p->learned.load(std::memory_order_relaxed);

@@ -65,9 +65,9 @@ void drain_all();
 void poll_workers(const std::function<void(ThreadState*, double)>& charge);
 
 uint64_t dropped_samples();
-// Events inside placed ops that took a remembered native stack instead of unwinding, and the
-// stacks remembered, over every thread (stack_paths.h).
-void stack_memo_counts(uint64_t* recalled, uint64_t* learned);
+// Native stacks unwound for operator events and launches, events that took a remembered stack
+// instead, and stacks remembered, over every thread (stack_paths.h).
+void stack_memo_counts(uint64_t* unwound, uint64_t* recalled, uint64_t* learned);
 size_t live_states();
 uint64_t refused_registrations();  // thread ids the registry could not map (noted in metadata)
 

@@ -79,9 +79,11 @@ struct OpEntry {
   int64_t t0_ns;
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
   int native_cut;        // outermost-first native depth of its call frame (-1: none)
-  // With native_cut >= 0: the call frame's return address and the frames outside it, innermost
-  // first (native_anchor_n of them), by which a nested event's unwind finds where the op's own
-  // frames begin without unwinding them (native_depth_inside).
+  // With native_cut >= 0: the frames outside the call frame, innermost first (native_anchor_n of
+  // them), by which a nested event's unwind finds where the op's own frames begin without
+  // unwinding them (depth_at_anchor). Not the call frame's own return address: that moves while
+  // the op runs (RecordFunction can run from `::call` itself, the kernel from another line of it,
+  // and then no event inside would find it), the callers' cannot.
   static constexpr int kAnchor = 4;
   int native_anchor_n;
   uintptr_t native_anchor[kAnchor];
@@ -314,6 +316,7 @@ struct ThreadState {
   // Native stacks seen inside placed ops (allocated at the first; never freed, like the state),
   // and the top of this thread's stack, past which none of their slots is read (0: not known).
   std::atomic<detail::StackPaths*> stack_paths{nullptr};
+  std::atomic<uint64_t> native_unwinds{0};  // by operator events and launches (owner writes)
   uintptr_t stack_hi = 0;
 };
 

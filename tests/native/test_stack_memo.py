@@ -18,6 +18,7 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch]
 
 PROGRAM = Path(__file__).parent / "_twin_sites.py"
+CONTIGUOUS = Path(__file__).parent / "_contiguous_loop.py"
 CALLS = 12
 
 
@@ -60,3 +61,26 @@ def test_two_call_sites_of_one_frame_keep_their_own_stacks(tmp_path, core, chain
     tree, native = run(tmp_path, chain_ext, "full")
     assert adds_by_site(tree) == want
     assert (native["stacks_learned"], native["stacks_recalled"]) == (0, 0)
+
+
+def profile_contiguous(tmp_path: Path, calls: int):
+    out = tmp_path / f"contiguous-{calls}.dcprof"
+    proc = subprocess.run([sys.executable, str(CONTIGUOUS), str(out), str(calls)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tree = load(out)
+    tree.self_check()
+    ops = sum(int(tree.exclusive(n.id, "op.count")) for n in tree.nodes if n.frame.kind == "op")
+    return ops, tree.metadata["native"]
+
+
+def test_operators_nested_in_one_whose_call_frame_moves_unwind_once_per_stack(tmp_path):
+    # aten::clone's ::call runs RecordFunction itself and calls its kernel from another line, so
+    # its call frame's return address differs between its own entry and the events inside it.
+    # The frames outside it do not: every event inside finds them, every stack is unwound once,
+    # and a run twice as long unwinds nothing more.
+    ops, short = profile_contiguous(tmp_path, 20)
+    ops2, long = profile_contiguous(tmp_path, 40)
+    assert ops2 == 2 * ops and ops % 20 == 0 and ops // 20 >= 3, (ops, ops2)
+    assert (long["stacks_unwound"], long["stacks_learned"]) == (short["stacks_unwound"], short["stacks_learned"])
+    assert long["stacks_recalled"] - short["stacks_recalled"] == ops

@@ -361,11 +361,12 @@ def metadata() -> dict[str, Any]:
     meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
     native = _state.get("native")
     if native:
-        recalled, learned = (now - before for now, before in
-                             zip(core.native_stack_memo(), native["stacks_before"]))
+        unwound, recalled, learned = (now - before for now, before in
+                                      zip(core.native_stack_memo(), native["stacks_before"]))
         meta["native"] = {"unwinder": native["unwinder"], "line_reader": native["line_reader"],
                           "unpaired_events": core.splice_mismatches() - native["mismatches_before"],
-                          "stacks_recalled": recalled, "stacks_learned": learned}
+                          "stacks_unwound": unwound, "stacks_recalled": recalled,
+                          "stacks_learned": learned}
     if _state.get("hooks"):
         meta["hooks"] = [{"library": lib, "function": fn, "loaded": loaded, "bindings": n}
                          for lib, fn, loaded, n in _state.get("hooks_final") or core.hooks_installed()]
