@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from build_ext import call_lines
-from deepcontext.tree import load
 
+# (the frame walker's runs on other CPythons have the core only: no torch, no deepcontext package)
 pytest.importorskip("torch")
+load = pytest.importorskip("deepcontext.tree").load
 pytestmark = [pytest.mark.torch]
 
 PROGRAM = Path(__file__).parent / "_twin_sites.py"
