@@ -124,10 +124,12 @@ void set_native_anchor(OpEntry& e, const uintptr_t* ips, int n_read, int n_ips, 
 
 // The memo key of a native placement (ThreadState::native_memo): a hash of the native stack,
 // the Python frames' identities (top-level events) or the open op's node and cut (nested ones),
-// and the op's name (null for launches and probes). 0: not a native placement (no native
-// stack, or Python frames newer than the open op: the Python-only path applies).
+// and `what`: the op's name's hash (std::hash, as unwind_whole's key takes it), or kNoOpName for
+// launches and probes. 0: not a native placement (no native stack, or Python frames newer than
+// the open op: the Python-only path applies).
 // `n_read`: the frames of `ips` known (unwind_inside), of the n_ips the stack has.
 uint64_t native_key(const uintptr_t* ips, int n_read, int n_ips, const dc_raw_frame* buf, int n,
-                    const OpEntry* top, const char* op_name);
+                    const OpEntry* top, uint64_t what);
+constexpr uint64_t kNoOpName = 0x5BD1E995ull;
 
 }  // namespace dc::detail

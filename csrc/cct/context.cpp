@@ -10,6 +10,7 @@
 
 #include "../callpath/native_stack.h"
 #include "capture_internal.h"
+#include "key_mix.h"
 
 namespace dc::detail {
 namespace {
@@ -302,15 +303,8 @@ bool native_place(TreeWriter& t, const Describer& d, const uintptr_t* ips, int n
   return out->spliced;
 }
 
-namespace {
-inline uint64_t key_mix(uint64_t h, uint64_t w) {
-  h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-  return h ^ (h >> 29);
-}
-}  // namespace
-
 uint64_t native_key(const uintptr_t* ips, int n_read, int n_ips, const dc_raw_frame* buf, int n,
-                    const OpEntry* top, const char* op_name) {
+                    const OpEntry* top, uint64_t what) {
   if (n_ips <= 0) return 0;
   if (top != nullptr && (n > 0 ? buf[0].frame : nullptr) != top->py_frame) return 0;
   // Two lanes: independent multiply chains run in parallel. (Frames past n_read are the open
@@ -337,7 +331,7 @@ uint64_t native_key(const uintptr_t* ips, int n_read, int n_ips, const dc_raw_fr
     }
   }
   uint64_t h = key_mix(a, b);
-  h = key_mix(h, op_name ? std::hash<std::string_view>{}(op_name) : 0x5BD1E995ull);
+  h = key_mix(h, what);
   return h ? h : 1;
 }
 

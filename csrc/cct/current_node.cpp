@@ -32,7 +32,7 @@ namespace {
                     : in_op ? unwind_inside(s, *top, 1, ips, &n_read)
                             : (n_read = unwind_whole(s, 1, 0, ips));
   if (g_opts.native) mark_native_ready(s);
-  const uint64_t key = g_opts.native ? native_key(ips, n_read, n_ips, buf, n, top, nullptr) : 0;
+  const uint64_t key = g_opts.native ? native_key(ips, n_read, n_ips, buf, n, top, kNoOpName) : 0;
   if (const ThreadState::NativeMemo* memo = memo_find(s, key)) return memo->node;
   uint32_t node = 0;
   if (!g_opts.native && top == nullptr && (n == 0 || cached_python_node(s, buf, n, &node)))

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "capture_internal.h"
+#include "key_mix.h"
 
 namespace dc::detail {
 
@@ -84,8 +85,7 @@ class Lookup {
     for (; i + 8 <= n; i += 8) {
       uint64_t w;
       std::memcpy(&w, p + i, 8);
-      h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-      h ^= h >> 29;
+      h = key_mix(h, w);
     }
     uint64_t w = 0;
     std::memcpy(&w, p + i, n - i);

@@ -164,13 +164,14 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   const bool native = g_opts.native && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
   uintptr_t ips[kMaxNative];
   int n_read = 0;
+  const uint64_t name_hash = native ? std::hash<std::string_view>{}(name) : 0;
   const int n_ips = !native ? 0
                     : top ? unwind_inside(s, *top, 0, ips, &n_read)
-                          : (n_read = unwind_whole(s, 0, std::hash<std::string_view>{}(name), ips));
+                          : (n_read = unwind_whole(s, 0, name_hash, ips));
   if (native) mark_native_ready(s);
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
-  const uint64_t key = native ? native_key(ips, n_read, n_ips, buf, n, top, name) : 0;
+  const uint64_t key = native ? native_key(ips, n_read, n_ips, buf, n, top, name_hash) : 0;
   const ThreadState::NativeMemo* memo = memo_find(s, key);
   if (native && memo == nullptr) native_warm_symbols(ips, n_read, false);  // outside the lock
   uint32_t node, frame, py_node = 0;
@@ -229,8 +230,10 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.native_cut = cut;
-  if (native) set_native_anchor(e, ips, n_read, n_ips, cut);
-  e.entry_sp = reinterpret_cast<uintptr_t>(&buf[0]);
+  if (native) {
+    set_native_anchor(e, ips, n_read, n_ips, cut);
+    e.entry_sp = reinterpret_cast<uintptr_t>(&buf[0]);
+  }
   set_epoch(e, epoch);
   e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;

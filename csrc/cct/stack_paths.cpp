@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "key_mix.h"
+
 namespace dc::detail {
 namespace {
-inline uint64_t mix(uint64_t h, uint64_t w) {
-  h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-  return h ^ (h >> 29);
-}
-
 StackPaths::Path* set_of(StackPaths* p, uint64_t key) {
   return &p->path[(key % StackPaths::kSets) * StackPaths::kWays];
 }
@@ -29,7 +26,7 @@ __attribute__((no_sanitize("address", "undefined"))) bool holds(const StackPaths
 }  // namespace
 
 uint64_t stack_path_key(uint64_t op, int which, intptr_t depth_bytes) {
-  uint64_t k = mix(mix(0x243F6A8885A308D3ull, op), static_cast<uint64_t>(depth_bytes) * 4 + which);
+  uint64_t k = key_mix(key_mix(0x243F6A8885A308D3ull, op), static_cast<uint64_t>(depth_bytes) * 4 + which);
   return k ? k : 1;
 }
 

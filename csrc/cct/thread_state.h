@@ -88,7 +88,8 @@ struct OpEntry {
   int native_anchor_n;
   uintptr_t native_anchor[kAnchor];
   uintptr_t entry_sp;    // a stack address in op_enter's frame: how deep below it an event inside
-                         // runs picks the remembered stacks it is compared with (stack_paths.h)
+                         // runs picks the remembered stacks it is compared with (stack_paths.h);
+                         // set with the native anchor, read only where that is
   PolledU32 epoch;       // session that opened it: an exit in another session charges nothing
   int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
   uint64_t rf_tid;
