@@ -23,18 +23,20 @@ static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t
 typedef int (*cb_fn)(struct dl_phdr_info*, size_t, void*);
 typedef int (*iter_fn)(cb_fn, void*);
 static _Atomic uint64_t c_objs;
-static __thread cb_fn t_cb;
+// The caller's callback and data travel through `data` (a SIGPROF handler's unwind may call
+// this inside another call on the same thread: nothing of the outer call may live in globals).
+struct counted { cb_fn cb; void* data; };
 static int tramp(struct dl_phdr_info* i, size_t z, void* d) {
+  const struct counted* c = d;
   atomic_fetch_add(&c_objs, 1);
-  int r = t_cb(i, z, d);
-  return r;
+  return c->cb(i, z, c->data);
 }
 int dl_iterate_phdr(cb_fn cb, void* data) {
   static iter_fn real;
   if (!real) real = (iter_fn)dlsym(RTLD_NEXT, "dl_iterate_phdr");
   uint64_t t0 = now();
-  t_cb = cb;
-  int r = real(tramp, data);
+  struct counted c = {cb, data};
+  int r = real(tramp, &c);
   ++t_phdr;
   atomic_fetch_add(&c_phdr, 1);
   atomic_fetch_add(&ns_phdr, now() - t0);
