@@ -1,6 +1,6 @@
 """How many native stacks a step unwinds under native frames, and what they cost: every
 libunwind unw_backtrace, timed through a stand-in library (``_unw_shim.c``, compiled here at
-first use with the system C compiler), split by whether libunwind took its slow path (a return
+first use, ``cbuild.py``), split by whether libunwind took its slow path (a return
 address missing from its caches: dl_iterate_phdr, then the unwind tables parsed), with the count
 of return addresses no earlier unwind in the process had returned. Events that find a
 remembered stack do not unwind (``native.stacks_recalled`` in the profile's metadata); CPU
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import json
 import os
 import sqlite3
@@ -25,16 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from cbuild import build_c_library
+
 HERE = Path(__file__).resolve().parent
-
-
-def shim() -> Path:
-    src = HERE / "_unw_shim.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    lib = Path(tempfile.gettempdir()) / f"dc_unw_shim_{digest}.so"
-    if not lib.exists():
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], check=True)
-    return lib
 
 
 def find_libunwind() -> str:
@@ -93,7 +85,7 @@ def main() -> int:
         sys.path.insert(0, str(HERE))
         probe(args)
         return 0
-    lib = shim()
+    lib = build_c_library("_unw_shim.c", "-ldl")
     env = dict(os.environ, UNW_REAL=args.libunwind or find_libunwind(),
                DEEPCONTEXT_LIBUNWIND=str(lib), LD_PRELOAD=str(lib), PYTHONUNBUFFERED="1")
     return subprocess.call([sys.executable, __file__, *sys.argv[1:], "--child"], env=env)

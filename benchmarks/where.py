@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import ctypes
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import threads
+from cbuild import build_c_library
 
 HERE = Path(__file__).resolve().parent
 
@@ -54,15 +54,7 @@ CATEGORIES = [
 
 
 def compile_sampler() -> ctypes.CDLL:
-    src = HERE / "_pc_sampler.c"
-    digest = hashlib.sha1(src.read_bytes()).hexdigest()[:12]
-    lib = Path(tempfile.gettempdir()) / f"dc_pc_sampler_{digest}.so"
-    if not lib.exists():
-        tmp = lib.with_suffix(f".{os.getpid()}.so")
-        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", str(tmp),
-                        str(src), "-lrt"], check=True)
-        tmp.replace(lib)
-    so = ctypes.CDLL(str(lib))
+    so = ctypes.CDLL(str(build_c_library("_pc_sampler.c", "-lrt")))
     so.pcs_start.argtypes = [ctypes.c_long]
     so.pcs_start_thread.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_long]
     so.pcs_stop.restype = ctypes.c_long
