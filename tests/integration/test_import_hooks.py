@@ -33,6 +33,23 @@ def test_a_failing_callback_leaves_the_import_and_the_other_hooks_alone(tmp_path
     assert proc.stderr == ""
 
 
+def test_a_callback_asked_for_by_every_session_runs_once(tmp_path):
+    """Each profiling session asks for its hooks again; sessions run before the module's import
+    must neither pile up callbacks nor run them once per session."""
+    (tmp_path / "usermod.py").write_text("VALUE = 42\n")
+    code = ("from deepcontext.capture import import_hooks\n"
+            "ran = []\n"
+            "def hook(m): ran.append(m.__name__)\n"
+            "for _ in range(3): import_hooks.when_imported('usermod', hook)\n"
+            "import_hooks.when_imported('usermod', lambda m: ran.append('other'))\n"
+            "print(len(import_hooks._waiting['usermod']))\n"
+            "import usermod; print(usermod.VALUE, ran)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == "2\n42 ['usermod', 'other']\n"
+
+
 def test_a_callback_failing_with_no_error_handler_says_one_line(tmp_path):
     (tmp_path / "usermod.py").write_text("VALUE = 42\n")
     code = ("from deepcontext.capture.import_hooks import when_imported\n"

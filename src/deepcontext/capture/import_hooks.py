@@ -75,11 +75,14 @@ _finder = _PostImportFinder()
 def when_imported(name: str, callback: Callable[[Any], None],
                   on_error: OnError | None = None) -> None:
     """Call ``callback(module)`` once ``name`` is imported (now, if it already is). If it raises,
-    ``on_error(exception)`` is called instead of failing the import (default: one stderr line)."""
+    ``on_error(exception)`` is called instead of failing the import (default: one stderr line).
+    The same callback and handler asked for again while they wait are called once."""
     module = sys.modules.get(name)
     if module is not None:
         _run(name, callback, on_error, module)
         return
-    _waiting.setdefault(name, []).append((callback, on_error))
+    waiting = _waiting.setdefault(name, [])
+    if (callback, on_error) not in waiting:  # each session asks again; one call is enough
+        waiting.append((callback, on_error))
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
