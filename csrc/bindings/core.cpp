@@ -184,6 +184,7 @@ NB_MODULE(_core, m) {
   m.def("add_metric", &dc::add_metric);
   m.def("note", [](const std::string& s) { dc::add_note(s); });
   m.def("notes", &dc::notes_joined);
+  m.def("op_clock", &dc::op_clock);
   m.def("dropped_samples", &dc::dropped_samples);
   m.def("native_stack_memo", [] {
     uint64_t unwound, recalled, learned;

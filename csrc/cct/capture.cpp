@@ -2,13 +2,13 @@
 // the binding and the GPU layer use.
 #include "capture.h"
 
-#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "../callpath/native_stack.h"
 #include "capture_internal.h"
+#include "clock.h"
 #include "registry.h"
 
 namespace dc {
@@ -19,12 +19,6 @@ std::atomic<bool> g_enabled{false};
 std::atomic<uint32_t> g_epoch{0};
 Options g_opts;
 uint32_t m_cpu_time, m_op_time, m_op_count, m_op_first_time, m_autograd_nodes;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace detail
 
@@ -53,6 +47,7 @@ void start(const Options& opts) {
   m_op_first_time = t.metric_id("op.first_time");
   m_autograd_nodes = t.metric_id("autograd.nodes");
   g_opts = opts;
+  init_clock();  // before the first event reads it
   g_epoch.fetch_add(1);  // every event source compares its epoch with this one
   if (opts.native) {
     native::init();

@@ -62,6 +62,8 @@ uint32_t epoch();
 void drain_samples();
 // Notes accumulated for the profile metadata.
 std::string notes_joined();
+// The operator layer's clock (cct/clock.h): "tsc" or "monotonic"; chosen at the first start().
+const char* op_clock();
 uint64_t dropped_samples();
 // Native stacks unwound for operator events and launches, unwinds that a remembered stack
 // replaced, and stacks remembered (all threads, since the process began).

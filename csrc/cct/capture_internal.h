@@ -19,7 +19,6 @@ extern std::atomic<bool> g_enabled;
 extern std::atomic<uint32_t> g_epoch;
 extern Options g_opts;
 extern uint32_t m_cpu_time, m_op_time, m_op_count, m_op_first_time, m_autograd_nodes;
-int64_t now_ns();
 
 // The thread that most recently entered an operator (its open op is where Polled workers'
 // time goes: docs/design.md, "Worker threads").

@@ -8,6 +8,7 @@
 
 #include "../callpath/native_stack.h"
 #include "capture_internal.h"
+#include "clock.h"
 #include "lookup.h"
 #include "registry.h"
 
@@ -241,7 +242,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // Its exit counts it in this slot; fetched now, the line is there by then.
   e.tally = pending ? nullptr : tally_slot(s, node);
   if (e.tally != nullptr) __builtin_prefetch(e.tally, 1);
-  e.t0_ns = now_ns();
+  e.t0_ticks = now_ticks();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
 }
@@ -285,7 +286,7 @@ void op_exit(uint64_t handle, int seq_consumed) {
     return;  // not ours (entered before capture, or while paused)
   }
   OpEntry& e = *closed;
-  int64_t elapsed = now_ns() - e.t0_ns;
+  int64_t elapsed = ticks_to_ns(now_ticks() - e.t0_ticks);
   if (e.scope) {  // the ops inside a scope are nested ops of the op around it
     if (at >= 1 && s->ops[at - 1].epoch == e.epoch) s->ops[at - 1].child_ns += e.child_ns;
     return;
@@ -356,7 +357,7 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
   e.rf_tid = 0;
   e.scope = true;
   e.tally = nullptr;
-  e.t0_ns = now_ns();
+  e.t0_ticks = now_ticks();
   s->depth.store(d + 1, std::memory_order_release);
 }
 
@@ -383,7 +384,7 @@ void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer) {
   e.native_cut = -1;
   e.epoch = epoch;
   e.fwd_seq = -1;
-  e.t0_ns = now_ns();
+  e.t0_ticks = now_ticks();
   s->depth.store(d + 1, std::memory_order_release);
   if (g_observer) g_observer(name, 0, node);
 }

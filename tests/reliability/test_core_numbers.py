@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from reliability_harness import record, report_json, run_python
+from reliability_harness import child_env, profile_meta, record, report_json, run_python
 
 
 def _nodes(doc):
@@ -234,3 +234,53 @@ for out in ("a.dcprof", "b.dcprof"):
         mm = [n["metrics"] for p, n in _nodes(doc) if p[-1] == "aten::mm"]
         assert [m["op.count"] for m in mm] == [5.0], mm  # the active step only
         assert 0 < mm[0]["op.first_time"] <= mm[0]["op.time"], mm
+
+
+MM_TIMED = '''
+import json, time
+import torch
+import deepcontext
+torch.set_num_threads(1)
+a = torch.randn(1024, 1024)
+a @ a  # (its first call: allocations, the hook's first event)
+# (no periodic flush: its GIL hold could delay the return from the op, outside the op's time)
+with deepcontext.profile("mm.dcprof", context="python,op", sample_interval=0, flush_interval=3600,
+                         force=True):
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        torch.mm(a, a)
+        walls.append(time.perf_counter_ns() - t0)
+print(json.dumps(walls))
+'''
+
+
+def _clock_is_tsc():
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+            return f.read().strip() == "tsc"
+    except OSError:
+        return False
+
+
+def test_op_time_agrees_with_the_wall_clock_around_the_call_with_either_op_clock(tmp_path):
+    """Operator times come from the TSC where the kernel keeps time with it (calibrated against
+    CLOCK_MONOTONIC at the first start), else from CLOCK_MONOTONIC; either way an operator's
+    time is the wall time around its call less only the dispatch around it."""
+    import platform
+    for env, want in ((None, "tsc" if _clock_is_tsc() and platform.machine() == "x86_64"
+                       else "monotonic"), ({"DEEPCONTEXT_CLOCK": "monotonic"}, "monotonic")):
+        run_dir = tmp_path / want / ("env" if env else "default")
+        run_dir.mkdir(parents=True)
+        r = run_python(run_dir, MM_TIMED, timeout=120, env=child_env(env))
+        assert r.rc == 0, r.describe()
+        walls = json.loads(r.out)
+        assert profile_meta(run_dir / "mm.dcprof", r)["op_clock"] == want
+        doc = report_json(run_dir, run_dir / "mm.dcprof", "--metric", "op.time")
+        mm = [n for p, n in _nodes(doc) if p[-1] == "aten::mm"]
+        op_time = sum(n["metrics"]["op.time"] for n in mm)
+        assert sum(n["metrics"]["op.count"] for n in mm) == 3
+        wall = sum(walls) * 1e-9
+        # Three 1024^3 products (~20 ms each): what lies outside the op is microseconds of
+        # dispatch, and the TSC's rate is known to ~5e-5.
+        assert 0.98 * wall < op_time <= 1.0001 * wall, (env, op_time, walls)

@@ -359,6 +359,8 @@ def metadata() -> dict[str, Any]:
     elif "gpu" in (_state.get("context") or ()) and (unused := gpu.unused_note(core)):
         notes.append(unused)
     meta: dict[str, Any] = {"notes": notes, "dropped_samples": core.dropped_samples()}
+    if "op" in (_state.get("context") or ()):
+        meta["op_clock"] = core.op_clock()  # "tsc": operator times read the TSC (cct/clock.h)
     native = _state.get("native")
     if native:
         unwound, recalled, learned = (now - before for now, before in
