@@ -167,6 +167,8 @@ def main() -> int:
     if args.model and args.model not in _zoo_models():  # (looked up only when asked: torch)
         p.error(f"--model: no model {args.model!r} in model_zoo.py ({', '.join(_zoo_models())})")
     modes = args.mode or ["op", "python,op"]
+    if "off" in modes:  # (a profiled mode with no events would divide by zero below)
+        p.error("--mode off: the unprofiled run is always made first (or given with --off)")
     if args.micro or args.lines:
         os.environ["DC_OPI_WORKLOAD"] = "micro" if args.micro else "lines"
     elif args.model:
