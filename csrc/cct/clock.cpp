@@ -1,11 +1,11 @@
 // See clock.h.
 #include "clock.h"
 
-#include "capture.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "capture.h"
 
 namespace dc::detail {
 

@@ -76,7 +76,7 @@ struct OpEntry {
   ScopeAnchor anchor;    // a scope's frames outside py_frame (n == 0 for an operator)
   uint64_t handle;
   int64_t seq_nr;        // >= 0 for a backward node's op (to nest its own re-entries)
-  int64_t t0_ticks;     // now_ticks() at entry (clock.h)
+  int64_t t0_ticks;      // now_ticks() at entry (clock.h)
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
   int native_cut;        // outermost-first native depth of its call frame (-1: none)
   // With native_cut >= 0: the frames outside the call frame, innermost first (native_anchor_n of
