@@ -11,23 +11,13 @@ torch hook, threads, CUPTI's libraries).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import os
 import tempfile
 
 import torch
+from overhead import rss  # (after gc.collect() and malloc_trim(0))
 
 import deepcontext
-
-_libc = ctypes.CDLL("libc.so.6")
-
-
-def rss() -> int:
-    gc.collect()
-    _libc.malloc_trim(0)  # free heap no session holds does not count
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def main() -> None:

@@ -13,12 +13,6 @@ std::atomic<bool> g_clock_tsc{false};
 std::atomic<double> g_ns_per_tick{1.0};
 
 namespace {
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 // The kernel uses the TSC for its own clock only once it has found it constant and in step
 // across CPUs (it falls back to another clocksource otherwise), so its choice is the test.
 bool kernel_keeps_time_with_tsc() {
@@ -38,9 +32,9 @@ bool kernel_keeps_time_with_tsc() {
 void pair(int64_t* ns, int64_t* ticks) {
   int64_t best = INT64_MAX;
   for (int i = 0; i < 5; ++i) {
-    const int64_t a = mono_ns();
+    const int64_t a = monotonic_ns();
     const int64_t t = static_cast<int64_t>(__rdtsc());
-    const int64_t b = mono_ns();
+    const int64_t b = monotonic_ns();
     if (b - a < best) {
       best = b - a;
       *ns = a + (b - a) / 2;

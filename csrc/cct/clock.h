@@ -23,13 +23,17 @@ extern std::atomic<double> g_ns_per_tick;
 // process). Call before the first event.
 void init_clock();
 
+inline int64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 inline int64_t now_ticks() {
 #if defined(__x86_64__)
   if (g_clock_tsc.load(std::memory_order_relaxed)) return static_cast<int64_t>(__rdtsc());
 #endif
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  return monotonic_ns();
 }
 
 inline int64_t ticks_to_ns(int64_t ticks) {

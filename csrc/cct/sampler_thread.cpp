@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "capture_internal.h"
+#include "clock.h"
 #include "registry.h"
 
 namespace dc::detail {
@@ -25,12 +26,6 @@ std::atomic<bool> g_stop{false};
 bool g_running = false;  // start/stop hold the GIL; the fork child clears it
 pthread_t g_thread;
 bool g_atfork = false;
-
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 // Where a worker's time goes: under the innermost op open on the latest dispatching thread.
 void charge_worker(ThreadState* w, double seconds) {
@@ -72,7 +67,7 @@ void* run(void*) {
     timespec ts{static_cast<time_t>(interval / 1000000000LL), static_cast<long>(interval % 1000000000LL)};
     nanosleep(&ts, nullptr);
     if (g_stop.load(std::memory_order_acquire)) break;
-    int64_t now = mono_ns();
+    int64_t now = monotonic_ns();
     nlink_t now_links = thread_links();
     if (now >= next_scan || now_links != links) {
       registry::scan_tasks();
