@@ -17,6 +17,13 @@ on the main thread (other threads, whose work callgrind's slowdown stretches, ar
 
 A mode with the memory layer also gives its allocations in those steps, and the inclusive cost
 of our allocation reporter and of torch's CPU size table around it (torch New / Delete).
+
+--cache adds callgrind's cache simulation, with a fixed geometry (32 KiB 8-way L1 instruction
+and data caches, a 512 KiB 8-way "LL" standing for a core's L2) so that counts do not depend on
+what the host reports: the misses per op event an operator adds, in our code and, by evicting
+their lines, in the interpreter's and torch's (a cost that instruction counts do not show).
+
+    python benchmarks/op_instructions.py --cache --model gpt2_generate --mode python,op
 """
 
 from __future__ import annotations
@@ -103,14 +110,24 @@ FUNCS = {  # inclusive cost of these, per op event
 }
 
 
-def run(mode: str, steps: int, tmp: Path) -> dict:
+CACHE = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=524288,8,64"]
+MISSES = ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")  # callgrind's names, in its order
+
+
+def _counts(prefix: str) -> list[int]:
+    """The event counts at the start of a callgrind_annotate line ('.' is zero)."""
+    cleaned = re.sub(r"\([\s\d.]+%\)", " ", prefix)
+    return [0 if t == "." else int(t.replace(",", "")) for t in cleaned.split()]
+
+
+def run(mode: str, steps: int, tmp: Path, cache: bool = False) -> dict:
     out = tmp / f"{mode.replace(',', '_')}.dcprof"
     script = tmp / "child.py"
     script.write_text(CHILD)
     cg = tmp / f"cg.{mode.replace(',', '_')}"
     for old in tmp.glob(f"{cg.name}.*"):
         old.unlink()
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}.%p",
+    cmd = ["valgrind", "--tool=callgrind", *(CACHE if cache else []), f"--callgrind-out-file={cg}.%p",
            "--zero-before=getppid", "--dump-before=getpgrp", sys.executable, str(script), mode,
            str(steps), str(out), __file__]
     # One thread each for every BLAS and OpenMP pool: an idle pool's threads spin for a while
@@ -122,12 +139,15 @@ def run(mode: str, steps: int, tmp: Path) -> dict:
     (dump,) = [p for p in tmp.glob(f"{cg.name}.*.1")]
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
                          capture_output=True, text=True, check=True).stdout
-    total = int(re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", ann).group(1).replace(",", ""))
+    events = re.search(r"^Events shown:\s+(.*)$", ann, re.M).group(1).split()
+    totals = _counts(re.search(r"^(.*)PROGRAM TOTALS", ann, re.M).group(1))
     # Other threads (the profiler's drains, the program's own threads) run by wall time, which
     # callgrind stretches ~50x: counted apart, so the main thread's count stays exact.
-    m = re.search(r"^\s*([\d,]+) \([\s\d.]+%\)\s+\S*:start_thread ", ann, re.M)
-    threads = int(m.group(1).replace(",", "")) if m else 0
-    res: dict = {"total": total - threads, "threads": threads, "ops": 0.0}
+    m = re.search(r"^(\s*[\d,]+ \(.*?)\S*:start_thread ", ann, re.M)
+    in_threads = _counts(m.group(1)) if m else [0] * len(totals)
+    main_thread = dict(zip(events, (t - o for t, o in zip(totals, in_threads))))
+    res: dict = {"total": main_thread["Ir"], "threads": in_threads[0], "ops": 0.0,
+                 "misses": {k: main_thread[k] for k in MISSES if k in main_thread}}
     for label, pat in FUNCS.items():
         m = re.search(r"^\s*([\d,]+) \([\s\d.]+%\)\s+.*" + pat, ann, re.M)
         res[label] = int(m.group(1).replace(",", "")) if m else 0
@@ -160,6 +180,8 @@ def main() -> int:
     p.add_argument("--keep", metavar="DIR",
                    help="keep the callgrind files there (for callgrind_annotate; a build with "
                         "symbols: pip install . -Ccmake.build-type=RelWithDebInfo)")
+    p.add_argument("--cache", action="store_true",
+                   help="also simulate the caches: misses per op event (slower, ~2x)")
     p.add_argument("--off", type=int, metavar="INSTRUCTIONS",
                    help="the unprofiled count of an earlier run (same workload and steps), "
                         "instead of measuring it again")
@@ -176,16 +198,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
         tmp = Path(args.keep or d)
         tmp.mkdir(parents=True, exist_ok=True)
-        off = {"total": args.off} if args.off else run("off", args.steps, tmp)
+        if args.cache and args.off:
+            p.error("--cache: the unprofiled run's misses are measured again (leave out --off)")
+        off = {"total": args.off} if args.off else run("off", args.steps, tmp, args.cache)
         print(f"off: {off['total']:,} main-thread instructions in {args.steps} steps")
         for mode in modes:
-            r = run(mode, args.steps, tmp)
+            r = run(mode, args.steps, tmp, args.cache)
             per = (r["total"] - off["total"]) / r["ops"]
             parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS if r[k])
             allocs = f", {r['allocs']:.0f} allocations" if r["allocs"] else ""
             print(f"{mode}: +{(r['total'] / off['total'] - 1) * 100:.1f}% main-thread instructions, "
                   f"{r['ops']:.0f} op events{allocs}, +{per:.0f} instructions per op ({parts}; "
                   f"other threads {r['threads'] / r['ops']:.0f} per op)")
+            if args.cache:
+                print(f"{mode}: cache misses per op event (main thread, over off): " + ", ".join(
+                    f"{k} {(r['misses'][k] - off['misses'][k]) / r['ops']:+.1f} "
+                    f"({r['misses'][k] / off['misses'][k] - 1:+.1%})" for k in MISSES))
     return 0
 
 
