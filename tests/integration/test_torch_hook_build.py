@@ -114,3 +114,18 @@ def test_a_failed_build_is_reported_once_before_the_program_and_not_retried(tmp_
     assert proc.stderr.count("could not build the PyTorch operator hook") == 1
     assert proc.stderr.index("could not build") < proc.stderr.index("program starts")
     assert loaded(out).metadata["op_tier"] == "dispatch"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="TLS descriptors are aarch64's default")
+def test_the_hook_reads_its_thread_locals_through_tls_descriptors(hook_cache):
+    # Its query runs for every dispatcher call: __tls_get_addr there was ~12 calls an event.
+    from deepcontext.capture.torch_ops import _fast_tls_flags
+    if not _fast_tls_flags():
+        pytest.skip("the C++ compiler does not take -mtls-dialect=gnu2")
+    build = hook_cache / "torch_hook" / _hook_name(torch)
+    assert (build / "deepcontext.cflags").read_text().split() == ["-O2", "-mtls-dialect=gnu2"]
+    (so,) = build.glob("*.so")
+    relocations = subprocess.run(["readelf", "-rW", str(so)], capture_output=True, text=True,
+                                 check=True).stdout
+    assert "R_X86_64_TLSDESC" in relocations
+    assert "__tls_get_addr" not in relocations

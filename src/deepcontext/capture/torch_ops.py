@@ -86,6 +86,11 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
     build = cache_dir() / "torch_hook" / name
     build.mkdir(parents=True, exist_ok=True)
     built = list(build.glob(f"{name}*.so"))
+    # The flags a cached build was made with, so that loading it never rebuilds it (ninja would,
+    # for a changed command line); a build from before this file existed used -O2 alone.
+    flags_file = build / "deepcontext.cflags"
+    cflags = (flags_file.read_text().split() if flags_file.is_file() else ["-O2"]) if built \
+        else ["-O2", *_fast_tls_flags()]
     # Our own flock serializes builds across processes and dies with its holder, so a torch
     # FileBaton "lock" left by a killed build can be removed safely while we hold it.
     with open(build / ".deepcontext.lock", "w") as lock:
@@ -95,16 +100,34 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
             say(f"deepcontext: compiling {what} for torch {torch.__version__} "
                 f"(once per torch version, about 20 s)")
         staged = _staged_sources(build, source, includes)
+        flags_file.write_text(" ".join(cflags))  # (before the .so exists: see `built` above)
         with contextlib.redirect_stdout(sys.stderr):
             return cpp_extension.load(
                 name=name,
                 sources=[str(staged)],
                 extra_include_paths=[str(staged.parent)],
-                extra_cflags=["-O2"],
+                extra_cflags=cflags,
                 build_directory=str(build),
                 verbose=False,
                 **options,
             )
+
+
+def _fast_tls_flags() -> list[str]:
+    """``-mtls-dialect=gnu2`` where the compiler takes it (x86-64; aarch64 uses descriptors
+    already): the hook's thread-locals are then read through TLS descriptors, which for a library
+    placed in the static TLS block, as a small one nearly always is, cost a few instructions
+    where the default dialect calls ``__tls_get_addr`` (~12 calls an operator event, ~11
+    instructions each: benchmarks/results/cpu-2026-12-05-icache-3469891.md)."""
+    if os.uname().machine != "x86_64":
+        return []
+    try:
+        probe = subprocess.run(
+            [os.environ.get("CXX", "c++"), "-mtls-dialect=gnu2", "-x", "c++", "-c", "-o",
+             os.devnull, "-"], input="", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["-mtls-dialect=gnu2"] if probe.returncode == 0 else []
 
 
 def _staged_sources(build: Path, source: Path, includes: list[Path]) -> Path:
