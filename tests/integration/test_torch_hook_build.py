@@ -106,6 +106,23 @@ def test_two_installs_share_the_built_hook_without_rebuilding_it(tmp_path, unbui
     assert load(None)[1] == built
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="TLS descriptors are aarch64's default")
+def test_the_hook_reads_its_thread_locals_through_tls_descriptors(tmp_path, unbuilt_cache):
+    # Its query runs for every dispatcher call: __tls_get_addr there was ~12 calls an event.
+    from deepcontext.capture.torch_ops import _fast_tls_flags
+    if not _fast_tls_flags():
+        pytest.skip("the C++ compiler does not take -mtls-dialect=gnu2")
+    proc, _ = _record_probe(tmp_path, unbuilt_cache)  # (built again, with the flags found now)
+    assert proc.returncode == 0, proc.stderr
+    build = unbuilt_cache / "torch_hook" / _hook_name(torch)
+    assert (build / "deepcontext.cflags").read_text().split() == ["-O2", "-mtls-dialect=gnu2"]
+    (so,) = build.glob("*.so")
+    relocations = subprocess.run(["readelf", "-rW", str(so)], capture_output=True, text=True,
+                                 check=True).stdout
+    assert "R_X86_64_TLSDESC" in relocations
+    assert "__tls_get_addr" not in relocations
+
+
 def test_a_failed_build_is_reported_once_before_the_program_and_not_retried(tmp_path, unbuilt_cache):
     # Last in this file: the failed build leaves a build file naming the broken compiler.
     proc, out = _record_probe(tmp_path, unbuilt_cache, env={"CXX": "/bin/false"})
@@ -115,17 +132,3 @@ def test_a_failed_build_is_reported_once_before_the_program_and_not_retried(tmp_
     assert proc.stderr.index("could not build") < proc.stderr.index("program starts")
     assert loaded(out).metadata["op_tier"] == "dispatch"
 
-
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="TLS descriptors are aarch64's default")
-def test_the_hook_reads_its_thread_locals_through_tls_descriptors(hook_cache):
-    # Its query runs for every dispatcher call: __tls_get_addr there was ~12 calls an event.
-    from deepcontext.capture.torch_ops import _fast_tls_flags
-    if not _fast_tls_flags():
-        pytest.skip("the C++ compiler does not take -mtls-dialect=gnu2")
-    build = hook_cache / "torch_hook" / _hook_name(torch)
-    assert (build / "deepcontext.cflags").read_text().split() == ["-O2", "-mtls-dialect=gnu2"]
-    (so,) = build.glob("*.so")
-    relocations = subprocess.run(["readelf", "-rW", str(so)], capture_output=True, text=True,
-                                 check=True).stdout
-    assert "R_X86_64_TLSDESC" in relocations
-    assert "__tls_get_addr" not in relocations
