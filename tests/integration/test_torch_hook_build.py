@@ -107,7 +107,7 @@ def test_two_installs_share_the_built_hook_without_rebuilding_it(tmp_path, unbui
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="TLS descriptors are aarch64's default")
-def test_the_hook_reads_its_thread_locals_through_tls_descriptors(tmp_path, unbuilt_cache):
+def test_the_hook_reads_its_tls_variables_through_descriptors(tmp_path, unbuilt_cache):
     # Its query runs for every dispatcher call: __tls_get_addr there was ~12 calls an event.
     from deepcontext.capture.torch_ops import _fast_tls_flags
     if not _fast_tls_flags():
