@@ -189,6 +189,8 @@ def main() -> int:
     if args.model and args.model not in _zoo_models():  # (looked up only when asked: torch)
         p.error(f"--model: no model {args.model!r} in model_zoo.py ({', '.join(_zoo_models())})")
     modes = args.mode or ["op", "python,op"]
+    if args.cache and args.off:
+        p.error("--cache: the unprofiled run's misses are measured again (leave out --off)")
     if "off" in modes:  # (a profiled mode with no events would divide by zero below)
         p.error("--mode off: the unprofiled run is always made first (or given with --off)")
     if args.micro or args.lines:
@@ -198,8 +200,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dc-cg-") as d:
         tmp = Path(args.keep or d)
         tmp.mkdir(parents=True, exist_ok=True)
-        if args.cache and args.off:
-            p.error("--cache: the unprofiled run's misses are measured again (leave out --off)")
         off = {"total": args.off} if args.off else run("off", args.steps, tmp, args.cache)
         print(f"off: {off['total']:,} main-thread instructions in {args.steps} steps")
         for mode in modes:

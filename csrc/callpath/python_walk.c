@@ -181,10 +181,8 @@ typedef _PyInterpreterFrame dc_frame_t;
 #define DC_PREVIOUS(f) ((f)->previous)
 #if PY_VERSION_HEX >= 0x030D0000
 #define DC_INSTR(f) ((const void*)(f)->instr_ptr)
-#define DC_INSTR_FIELD(f) (&(f)->instr_ptr)
 #else
 #define DC_INSTR(f) ((const void*)(f)->prev_instr)
-#define DC_INSTR_FIELD(f) (&(f)->prev_instr)
 #endif
 #else
 typedef PyFrameObject dc_frame_t;

@@ -131,4 +131,3 @@ def test_a_failed_build_is_reported_once_before_the_program_and_not_retried(tmp_
     assert proc.stderr.count("could not build the PyTorch operator hook") == 1
     assert proc.stderr.index("could not build") < proc.stderr.index("program starts")
     assert loaded(out).metadata["op_tier"] == "dispatch"
-
