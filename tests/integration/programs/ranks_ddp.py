@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch import nn
 
 DDP_STEPS, LOOP_STEPS = 3, 2
-SMALL, LARGE = 5, 4  # all-reduces of 1 KiB and of 32 MiB
+SMALL, LARGE = 5, 8  # all-reduces of 1 KiB and of 64 MiB
 
 
 def busy(seconds):
@@ -38,7 +38,7 @@ def main():
     parts = [torch.empty(64, dtype=torch.int32) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, torch.full((64,), rank, dtype=torch.int32))  # ALLGATHER
     dist.barrier()  # BARRIER
-    large = torch.ones(8 << 20)
+    large = torch.ones(16 << 20)
     for _ in range(LARGE):
         dist.all_reduce(large)  # LARGE
     print(f"rank {rank} of {dist.get_world_size()} done", flush=True)
