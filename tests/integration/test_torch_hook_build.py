@@ -123,6 +123,45 @@ def test_the_hook_reads_its_tls_variables_through_descriptors(tmp_path, unbuilt_
     assert "__tls_get_addr" not in relocations
 
 
+def _load(cache, tmp_path):
+    """Loads the hook in a fresh process (building it if need be); what it printed."""
+    proc = subprocess.run([sys.executable, "-c", LOAD], cwd=tmp_path, timeout=300,
+                          env={**os.environ, "DEEPCONTEXT_CACHE": str(cache)},
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_loading_a_built_hook_leaves_its_build_untouched(tmp_path, unbuilt_cache):
+    # Every load used to rewrite the flags file outside the build lock: a loader starting beside
+    # another (the ranks of a job) could read it empty and rebuild the hook without -O2.
+    _load(unbuilt_cache, tmp_path)
+    build = unbuilt_cache / "torch_hook" / _hook_name(torch)
+
+    def made():  # (the lock file is opened for writing by every load)
+        return {p.name: p.stat().st_mtime_ns for p in build.iterdir()
+                if p.suffix in (".so", ".o", ".cflags", ".tmp")}
+    files = made()
+    assert sorted(p.rsplit(".", 1)[1] for p in files) == ["cflags", "o", "so"]
+    assert "compiling" not in _load(unbuilt_cache, tmp_path)
+    assert made() == files
+
+
+def test_a_hook_built_without_its_flags_is_built_again_with_them(tmp_path, unbuilt_cache):
+    # What that race left behind: a built hook whose flags file is empty (built unoptimized).
+    from deepcontext.capture.torch_ops import _fast_tls_flags
+    _load(unbuilt_cache, tmp_path)
+    build = unbuilt_cache / "torch_hook" / _hook_name(torch)
+    (build / "deepcontext.cflags").write_text("")
+    assert "compiling the PyTorch operator hook" in _load(unbuilt_cache, tmp_path)
+    flags = ["-O2", *_fast_tls_flags()]
+    assert (build / "deepcontext.cflags").read_text().split() == flags
+    (command,) = [line for line in (build / "build.ninja").read_text().splitlines()
+                  if line.startswith("cflags = ")]
+    assert command.split()[-len(flags):] == flags
+    assert "compiling" not in _load(unbuilt_cache, tmp_path)
+
+
 def test_a_failed_build_is_reported_once_before_the_program_and_not_retried(tmp_path, unbuilt_cache):
     # Last in this file: the failed build leaves a build file naming the broken compiler.
     proc, out = _record_probe(tmp_path, unbuilt_cache, env={"CXX": "/bin/false"})

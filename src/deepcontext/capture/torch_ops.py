@@ -85,22 +85,21 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
 
     build = cache_dir() / "torch_hook" / name
     build.mkdir(parents=True, exist_ok=True)
-    built = list(build.glob(f"{name}*.so"))
-    # The flags a cached build was made with, so that loading it never rebuilds it (ninja would,
-    # for a changed command line); a build from before this file existed used -O2 alone.
-    flags_file = build / "deepcontext.cflags"
-    cflags = (flags_file.read_text().split() if flags_file.is_file() else ["-O2"]) if built \
-        else ["-O2", *_fast_tls_flags()]
     # Our own flock serializes builds across processes and dies with its holder, so a torch
     # FileBaton "lock" left by a killed build can be removed safely while we hold it.
     with open(build / ".deepcontext.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         (build / "lock").unlink(missing_ok=True)
-        if not built:
+        cflags = _built_with(build, name)
+        if cflags is None:
             say(f"deepcontext: compiling {what} for torch {torch.__version__} "
                 f"(once per torch version, about 20 s)")
+            cflags = ["-O2", *_fast_tls_flags()]
+            # (before the .so exists; written whole, so no reader sees it part-written)
+            tmp = build / "deepcontext.cflags.tmp"
+            tmp.write_text(" ".join(cflags))
+            os.replace(tmp, build / "deepcontext.cflags")
         staged = _staged_sources(build, source, includes)
-        flags_file.write_text(" ".join(cflags))  # (before the .so exists: see `built` above)
         with contextlib.redirect_stdout(sys.stderr):
             return cpp_extension.load(
                 name=name,
@@ -111,6 +110,23 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
                 verbose=False,
                 **options,
             )
+
+
+def _built_with(build: Path, name: str) -> list[str] | None:
+    """The flags the cached build in ``build`` was made with, so that loading it never rebuilds
+    it (ninja would, for a changed command line); None when it must be built. Read under the
+    build lock: the file is written only there, and only before a build. A build from before
+    the file existed used -O2 alone. Flags without -O2 are a build to redo: up to 53c695b every
+    load rewrote the file outside the lock, a loader starting beside another (the ranks of a job)
+    could read it empty, and it then rebuilt the hook unoptimized for every later run (+1,660
+    instructions and +180 L1i misses an operator event, cpu-2026-12-05-hook-flags-152a3eb.md)."""
+    if not any(build.glob(f"{name}*.so")):
+        return None
+    flags_file = build / "deepcontext.cflags"
+    if not flags_file.is_file():
+        return ["-O2"]
+    flags = flags_file.read_text().split()
+    return flags if "-O2" in flags else None
 
 
 def _fast_tls_flags() -> list[str]:
