@@ -208,6 +208,10 @@ def machine() -> list[str]:
               f"(threads {torch.get_num_threads()}), deepcontext {deepcontext.__version__}")]
     if torch.cuda.is_available():
         lines.append(f"GPU: {torch.cuda.get_device_name()}")
+    # (an unoptimized hook once cost ~1,700 more instructions an event unseen: 50653bb)
+    from deepcontext.capture.torch_ops import _hook_name, cache_dir
+    flags = cache_dir() / "torch_hook" / _hook_name(torch) / "deepcontext.cflags"
+    lines.append(f"torch hook built with: {flags.read_text() if flags.is_file() else '(no flags file)'}")
     try:  # which capture code was measured: the checkout's commit, and whether it had local edits
         git = ["git", "-C", str(Path(__file__).resolve().parent)]
         head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
