@@ -9,6 +9,12 @@
 #include "thread_state.h"
 #include "tree.h"
 
+// Branch hints for the operator path, whose code is fetched anew for nearly every event (a
+// training step's code does not fit the L1 instruction cache): the rare paths (native frames,
+// scopes, parked engine wrappers) are laid out after the common one, so that it spans fewer lines.
+#define DC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define DC_LIKELY(x) __builtin_expect(!!(x), 1)
+
 namespace dc::detail {
 
 // Capture state. `g_started`: between start() and stop() (timers exist, threads are registered

@@ -162,19 +162,20 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // A nested event gets native frames only inside an op placed by its own call frame, with no
   // Python frame newer than the op's (native_place): else its stack would be walked for nothing
   // (71% of a GPT-2 training step's events run under autograd nodes, which have no call frame).
-  const bool native = g_opts.native && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
+  const bool native =
+      DC_UNLIKELY(g_opts.native) && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
   uintptr_t ips[kMaxNative];
   int n_read = 0;
   const uint64_t name_hash = native ? std::hash<std::string_view>{}(name) : 0;
   const int n_ips = !native ? 0
                     : top ? unwind_inside(s, *top, 0, ips, &n_read)
                           : (n_read = unwind_whole(s, 0, name_hash, ips));
-  if (native) mark_native_ready(s);
+  if (DC_UNLIKELY(native)) mark_native_ready(s);
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
   const uint64_t key = native ? native_key(ips, n_read, n_ips, buf, n, top, name_hash) : 0;
   const ThreadState::NativeMemo* memo = memo_find(s, key);
-  if (native && memo == nullptr) native_warm_symbols(ips, n_read, false);  // outside the lock
+  if (DC_UNLIKELY(native) && memo == nullptr) native_warm_symbols(ips, n_read, false);  // outside the lock
   uint32_t node, frame, py_node = 0;
   int cut = -1;
   bool pending;
@@ -184,7 +185,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
     Lookup lk(s);
     // (before anything else: the chain's new frames need their nodes whichever context wins)
     const uint32_t chained = kept != kNoChain ? chain_context(lk, s, buf, kept, &py_frame) : 0;
-    if (top && top->pending) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
+    if (top && DC_UNLIKELY(top->pending)) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
     uint32_t parent = UINT32_MAX;
     if (backward_node && !(top && top->seq_nr == seq_nr)) {
       uint32_t fwd = forward_context(seq_nr, fwd_tid);
@@ -193,11 +194,11 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
         parent = lk.child(fwd, lk.backward_marker());
       }
     }
-    if (parent == UINT32_MAX && memo != nullptr) {
+    if (parent == UINT32_MAX && DC_UNLIKELY(memo != nullptr)) {
       parent = memo->node;
       py_node = top ? top->py_node : memo->py_node;
       cut = memo->cut;
-    } else if (parent == UINT32_MAX && n_ips > 0) {
+    } else if (parent == UINT32_MAX && DC_UNLIKELY(n_ips > 0)) {
       NativePlace np;
       if (native_place(lk.writer(), Describer{}, ips, n_ips, buf, n, top, name, &np)) {
         parent = np.node;
@@ -216,14 +217,14 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   }
   // Without an exit report (dispatch tier), the last op to see a number is the best guess for
   // the one that created the autograd node; with one, op_exit records it exactly.
-  if (!backward_node && seq_nr >= 0) remember_forward(seq_nr, rf_tid, py_node);
+  if (DC_LIKELY(!backward_node && seq_nr >= 0)) remember_forward(seq_nr, rf_tid, py_node);
   OpEntry& e = s->ops[d];
   set_node(e, node);
   e.frame = frame;
   e.pending = pending;
   e.py_node = py_node;
   e.py_frame = py_frame;
-  if (is_scope)
+  if (DC_UNLIKELY(is_scope))
     set_scope_anchor(py_state, py_frame, &e.anchor);
   else
     e.anchor.n = 0;
@@ -231,7 +232,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
   e.native_cut = cut;
-  if (native) {
+  if (DC_UNLIKELY(native)) {
     set_native_anchor(e, ips, n_read, n_ips, cut);
     e.entry_sp = reinterpret_cast<uintptr_t>(&buf[0]);
   }
@@ -244,7 +245,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   if (e.tally != nullptr) __builtin_prefetch(e.tally, 1);
   e.t0_ticks = now_ticks();
   s->depth.store(d + 1, std::memory_order_release);
-  if (g_observer) g_observer(name, 0, node);
+  if (DC_UNLIKELY(g_observer != nullptr)) g_observer(name, 0, node);
 }
 
 namespace {
@@ -267,7 +268,7 @@ int remove_from_middle(ThreadState* s, int d, uint64_t handle, OpEntry* out) {
 void op_exit(uint64_t handle, int seq_consumed) {
   ThreadState* s = registry::current();
   if (s == nullptr) return;
-  if (s->overflow > 0) {
+  if (DC_UNLIKELY(s->overflow > 0)) {
     --s->overflow;
     return;
   }
@@ -278,7 +279,7 @@ void op_exit(uint64_t handle, int seq_consumed) {
   OpEntry removed;
   OpEntry* closed = &s->ops[d - 1];
   int at = d - 1;  // where the closed entry was; its parent (at - 1) had its time inside
-  if (closed->handle == handle) {
+  if (DC_LIKELY(closed->handle == handle)) {
     s->depth.store(d - 1, std::memory_order_release);
   } else if ((at = remove_from_middle(s, d, handle, &removed)) >= 0) {
     closed = &removed;
@@ -287,7 +288,7 @@ void op_exit(uint64_t handle, int seq_consumed) {
   }
   OpEntry& e = *closed;
   int64_t elapsed = ticks_to_ns(now_ticks() - e.t0_ticks);
-  if (e.scope) {  // the ops inside a scope are nested ops of the op around it
+  if (DC_UNLIKELY(e.scope)) {  // the ops inside a scope are nested ops of the op around it
     if (at >= 1 && s->ops[at - 1].epoch == e.epoch) s->ops[at - 1].child_ns += e.child_ns;
     return;
   }
@@ -303,9 +304,9 @@ void op_exit(uint64_t handle, int seq_consumed) {
     if (!forward_recorded(e.fwd_seq + k)) remember_forward(e.fwd_seq + k, e.rf_tid, e.py_node);
   {
     Lookup lk(s);
-    if (e.pending) resolve_pending(lk, e, -1, 0);
+    if (DC_UNLIKELY(e.pending)) resolve_pending(lk, e, -1, 0);
     const int64_t own = elapsed - e.child_ns;
-    if (!tally_exit(s, e.tally, e.node, own, created)) {  // the thread's tally is full
+    if (DC_UNLIKELY(!tally_exit(s, e.tally, e.node, own, created))) {  // the thread's tally is full
       TreeWriter& t = lk.writer();
       if (created > 0) t.add(e.node, m_autograd_nodes, created);
       if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own * 1e-9);
@@ -313,7 +314,7 @@ void op_exit(uint64_t handle, int seq_consumed) {
       t.add(e.node, m_op_count, 1.0);
     }
   }
-  if (g_observer) g_observer(nullptr, 1, e.node);
+  if (DC_UNLIKELY(g_observer != nullptr)) g_observer(nullptr, 1, e.node);
 }
 
 
