@@ -209,9 +209,9 @@ def machine() -> list[str]:
     if torch.cuda.is_available():
         lines.append(f"GPU: {torch.cuda.get_device_name()}")
     # (an unoptimized hook once cost ~1,700 more instructions an event unseen: 50653bb)
-    from deepcontext.capture.torch_ops import _hook_name, cache_dir
-    flags = cache_dir() / "torch_hook" / _hook_name(torch) / "deepcontext.cflags"
-    lines.append(f"torch hook built with: {flags.read_text() if flags.is_file() else '(no flags file)'}")
+    from deepcontext.capture.torch_ops import built_hook_flags
+    flags = built_hook_flags(torch)
+    lines.append(f"torch hook built with: {' '.join(flags) if flags else '(not built)'}")
     try:  # which capture code was measured: the checkout's commit, and whether it had local edits
         git = ["git", "-C", str(Path(__file__).resolve().parent)]
         head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -36,6 +36,9 @@ def _hook_sources() -> tuple[Path, list[Path]]:
     return repo / "torch_hook" / "torch_hook.cpp", [repo / "include" / "deepcontext"]
 
 
+FLAGS_FILE = "deepcontext.cflags"  # beside a cached build: the flags it was made with
+
+
 def cache_dir() -> Path:
     base = os.environ.get("DEEPCONTEXT_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "deepcontext")
@@ -96,9 +99,9 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
                 f"(once per torch version, about 20 s)")
             cflags = ["-O2", *_fast_tls_flags()]
             # (before the .so exists; written whole, so no reader sees it part-written)
-            tmp = build / "deepcontext.cflags.tmp"
+            tmp = build / (FLAGS_FILE + ".tmp")
             tmp.write_text(" ".join(cflags))
-            os.replace(tmp, build / "deepcontext.cflags")
+            os.replace(tmp, build / FLAGS_FILE)
         staged = _staged_sources(build, source, includes)
         with contextlib.redirect_stdout(sys.stderr):
             return cpp_extension.load(
@@ -112,17 +115,25 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
             )
 
 
+def built_hook_flags(torch: Any) -> list[str] | None:
+    """The flags the cached torch hook was built with; None when it is not built (or is to be
+    built again). For benchmarks' headers: what a measurement ran."""
+    name = _hook_name(torch)
+    return _built_with(cache_dir() / "torch_hook" / name, name)
+
+
 def _built_with(build: Path, name: str) -> list[str] | None:
     """The flags the cached build in ``build`` was made with, so that loading it never rebuilds
     it (ninja would, for a changed command line); None when it must be built. Read under the
     build lock: the file is written only there, and only before a build. A build from before
-    the file existed used -O2 alone. Flags without -O2 are a build to redo: up to 53c695b every
-    load rewrote the file outside the lock, a loader starting beside another (the ranks of a job)
-    could read it empty, and it then rebuilt the hook unoptimized for every later run (+1,660
-    instructions and +180 L1i misses an operator event, cpu-2026-12-05-hook-flags-152a3eb.md)."""
+    the file existed used -O2 alone. Flags without -O2 are a build to redo: from 53c695b until
+    50653bb every load rewrote the file outside the lock, a loader starting beside another (the
+    ranks of a job) could read it empty, and it then rebuilt the hook unoptimized for every later
+    run (~1,700 instructions and ~190 L1i misses more an operator event,
+    cpu-2026-12-05-hook-flags-152a3eb.md)."""
     if not any(build.glob(f"{name}*.so")):
         return None
-    flags_file = build / "deepcontext.cflags"
+    flags_file = build / FLAGS_FILE
     if not flags_file.is_file():
         return ["-O2"]
     flags = flags_file.read_text().split()
