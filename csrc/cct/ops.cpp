@@ -133,130 +133,6 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
 
 }  // namespace
 
-namespace {
-
-// Where an operator event hangs, as op_enter's paths decide it.
-struct Placement {
-  uint32_t node = 0, frame = 0, py_node = 0;
-  const void* py_frame = nullptr;
-  int cut = -1;                // native_cut
-  bool pending = false;        // a parked engine wrapper
-  bool backward_node = false;  // a backward node (or its wrapper) with its sequence number
-  bool native = false;         // its native anchor comes from the thread's event_ips
-  int n_read = 0, n_ips = 0;
-};
-
-// Whether the innermost Python frame now (`buf`, `n` of them: one walked) is the open op's own,
-// so that frames_above_op would give 0 and the event hangs under the op itself: no Python ran
-// in between (a backward node's events, a nested op's). A scope's frame must also run its code
-// still (its address may be another frame's now); where it does not, op_enter's general path
-// looks for the scope's anchors.
-inline bool innermost_is_ops(const OpEntry& top, const dc_raw_frame* buf, int n) {
-  const void* f = n > 0 ? buf[0].frame : nullptr;
-  if (f != top.py_frame) return false;
-  return f == nullptr || top.anchor.n == 0 || buf[0].code == top.anchor.code;
-}
-
-// The event under `top` when innermost_is_ops: the op's node (or, for a backward node, its
-// forward line's), what op_enter's general path gives there without walking or splicing.
-inline Placement place_under_op(ThreadState* s, OpEntry& top, const char* name, int64_t seq_nr,
-                                uint64_t fwd_tid, bool is_backward, const void* py_frame) {
-  Placement p;
-  const bool wrapper = is_engine_wrapper(name);
-  p.backward_node = seq_nr >= 0 && (is_backward || wrapper);
-  p.py_frame = py_frame;
-  Lookup lk(s);
-  if (DC_UNLIKELY(top.pending)) resolve_pending(lk, top, p.backward_node ? seq_nr : -1, fwd_tid);
-  uint32_t parent = top.node;
-  p.py_node = top.py_node;
-  if (p.backward_node && top.seq_nr != seq_nr) {
-    const uint32_t fwd = forward_context(seq_nr, fwd_tid);
-    if (fwd != 0) {
-      p.py_node = fwd;
-      parent = lk.child(fwd, lk.backward_marker());
-    }
-  }
-  p.frame = lk.op_frame(name);
-  p.pending = wrapper && seq_nr < 0;
-  p.node = p.pending ? parent : lk.child(parent, p.frame);
-  return p;
-}
-
-// Every other event (outside any op, Python run inside the op, native frames): the Python path
-// since the last event's unchanged outer part, or the frames up to the op's, and with native
-// frames the spliced stack. `buf` holds `n_top` frames walked already (one, under an open op).
-[[gnu::noinline]] Placement place_event(ThreadState* s, OpEntry* top, dc_raw_frame* buf,
-                                        int n_top, void* py_state, const char* name,
-                                        int64_t seq_nr, uint64_t fwd_tid, bool is_backward) {
-  Placement p;
-  // Outside any op, only the frames newer than the unchanged outer part of the last such op's
-  // are described (a GPT-2 step's outer frames are the same for every op it runs).
-  constexpr int kNoChain = -2;
-  int kept = kNoChain;
-  int above = -1;  // (frames_above_op's count, once walk_to_op_frame has given it)
-  int n = py_state && top == nullptr && !g_opts.native
-              ? dc_walk_python_since(py_state, &s->chain, buf, kMaxPyDepth, &kept)
-              : -1;
-  if (n < 0) {
-    kept = kNoChain;
-    n = top != nullptr ? n_top : py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
-    if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
-      n = walk_to_op_frame(py_state, buf, n, top->py_frame, &top->anchor, &above);
-  }
-  // A nested event gets native frames only inside an op placed by its own call frame, with no
-  // Python frame newer than the op's (native_place): else its stack would be walked for nothing
-  // (71% of a GPT-2 training step's events run under autograd nodes, which have no call frame).
-  p.native = g_opts.native && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
-  uintptr_t* const ips = s->event_ips;
-  const uint64_t name_hash = p.native ? std::hash<std::string_view>{}(name) : 0;
-  p.n_ips = !p.native ? 0
-            : top    ? unwind_inside(s, *top, 0, ips, &p.n_read)
-                     : (p.n_read = unwind_whole(s, 0, name_hash, ips));
-  if (p.native) mark_native_ready(s);
-  const bool wrapper = is_engine_wrapper(name);
-  p.backward_node = seq_nr >= 0 && (is_backward || wrapper);
-  const uint64_t key = p.native ? native_key(ips, p.n_read, p.n_ips, buf, n, top, name_hash) : 0;
-  const ThreadState::NativeMemo* memo = memo_find(s, key);
-  if (p.native && memo == nullptr) native_warm_symbols(ips, p.n_read, false);  // outside the lock
-  p.py_frame = n > 0 ? buf[0].frame : nullptr;
-  // Every lookup goes through the thread's caches; the common event never takes the lock.
-  Lookup lk(s);
-  // (before anything else: the chain's new frames need their nodes whichever context wins)
-  const uint32_t chained = kept != kNoChain ? chain_context(lk, s, buf, kept, &p.py_frame) : 0;
-  if (top && top->pending) resolve_pending(lk, *top, p.backward_node ? seq_nr : -1, fwd_tid);
-  uint32_t parent = UINT32_MAX;
-  if (p.backward_node && !(top && top->seq_nr == seq_nr)) {
-    uint32_t fwd = forward_context(seq_nr, fwd_tid);
-    if (fwd != 0) {
-      p.py_node = fwd;
-      parent = lk.child(fwd, lk.backward_marker());
-    }
-  }
-  if (parent == UINT32_MAX && memo != nullptr) {
-    parent = memo->node;
-    p.py_node = top ? top->py_node : memo->py_node;
-    p.cut = memo->cut;
-  } else if (parent == UINT32_MAX && p.n_ips > 0) {
-    NativePlace np;
-    if (native_place(lk.writer(), Describer{}, ips, p.n_ips, buf, n, top, name, &np)) {
-      parent = np.node;
-      p.py_node = np.py_node;
-      p.cut = np.cut;
-      memo_put(s, ThreadState::NativeMemo{key, np.node, np.py_node, np.cut});
-    }
-  }
-  if (parent == UINT32_MAX && kept != kNoChain) parent = p.py_node = chained;
-  if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, above, top, &p.py_node);
-  p.frame = lk.op_frame(name);
-  // An engine wrapper without a sequence number learns its forward line from the backward
-  // node it runs next; until then it is parked on its ordinary parent.
-  p.pending = wrapper && seq_nr < 0;
-  p.node = p.pending ? parent : lk.child(parent, p.frame);
-  return p;
-}
-
-}  // namespace
-
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, bool is_backward, bool is_scope) {
   uint32_t epoch;
@@ -267,47 +143,109 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // A nested operator's context is its parent's node unless Python ran in between (a Python
   // callback inside the op), which the innermost frame alone tells: most operator events are
   // nested (88% in a GPT-2 training step), so the whole stack is walked only when that fails.
-  dc_raw_frame* const buf = s->event_frames;
+  dc_raw_frame buf[kMaxPyDepth];
   void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
-  const int n_top = top != nullptr && py_state ? dc_walk_python(py_state, buf, 1) : 0;
-  Placement p;
-  // The common nested event takes the short path (place_under_op), the rest the general one
-  // below; kept apart, the short one's code stays compact (callgrind: cpu-2026-12-05-fast-path).
-  if (DC_LIKELY(top != nullptr) && !g_opts.native && innermost_is_ops(*top, buf, n_top))
-    p = place_under_op(s, *top, name, seq_nr, fwd_tid, is_backward, n_top > 0 ? buf[0].frame : nullptr);
-  else
-    p = place_event(s, top, buf, n_top, py_state, name, seq_nr, fwd_tid, is_backward);
+  // Outside any op, only the frames newer than the unchanged outer part of the last such op's
+  // are described (a GPT-2 step's outer frames are the same for every op it runs).
+  constexpr int kNoChain = -2;
+  int kept = kNoChain;
+  int above = -1;  // (frames_above_op's count, once walk_to_op_frame has given it)
+  int n = py_state && top == nullptr && !g_opts.native
+              ? dc_walk_python_since(py_state, &s->chain, buf, kMaxPyDepth, &kept)
+              : -1;
+  if (n < 0) {
+    kept = kNoChain;
+    n = py_state ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
+    if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
+      n = walk_to_op_frame(py_state, buf, n, top->py_frame, &top->anchor, &above);
+  }
+  // A nested event gets native frames only inside an op placed by its own call frame, with no
+  // Python frame newer than the op's (native_place): else its stack would be walked for nothing
+  // (71% of a GPT-2 training step's events run under autograd nodes, which have no call frame).
+  const bool native =
+      DC_UNLIKELY(g_opts.native) && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
+  uintptr_t ips[kMaxNative];
+  int n_read = 0;
+  const uint64_t name_hash = native ? std::hash<std::string_view>{}(name) : 0;
+  const int n_ips = !native ? 0
+                    : top ? unwind_inside(s, *top, 0, ips, &n_read)
+                          : (n_read = unwind_whole(s, 0, name_hash, ips));
+  if (DC_UNLIKELY(native)) mark_native_ready(s);
+  const bool wrapper = is_engine_wrapper(name);
+  const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
+  const uint64_t key = native ? native_key(ips, n_read, n_ips, buf, n, top, name_hash) : 0;
+  const ThreadState::NativeMemo* memo = memo_find(s, key);
+  if (DC_UNLIKELY(native) && memo == nullptr) native_warm_symbols(ips, n_read, false);  // outside the lock
+  uint32_t node, frame, py_node = 0;
+  int cut = -1;
+  bool pending;
+  const void* py_frame = n > 0 ? buf[0].frame : nullptr;
+  {
+    // Every lookup goes through the thread's caches; the common event never takes the lock.
+    Lookup lk(s);
+    // (before anything else: the chain's new frames need their nodes whichever context wins)
+    const uint32_t chained = kept != kNoChain ? chain_context(lk, s, buf, kept, &py_frame) : 0;
+    if (top && DC_UNLIKELY(top->pending)) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
+    uint32_t parent = UINT32_MAX;
+    if (backward_node && !(top && top->seq_nr == seq_nr)) {
+      uint32_t fwd = forward_context(seq_nr, fwd_tid);
+      if (fwd != 0) {
+        py_node = fwd;
+        parent = lk.child(fwd, lk.backward_marker());
+      }
+    }
+    if (parent == UINT32_MAX && DC_UNLIKELY(memo != nullptr)) {
+      parent = memo->node;
+      py_node = top ? top->py_node : memo->py_node;
+      cut = memo->cut;
+    } else if (parent == UINT32_MAX && DC_UNLIKELY(n_ips > 0)) {
+      NativePlace np;
+      if (native_place(lk.writer(), Describer{}, ips, n_ips, buf, n, top, name, &np)) {
+        parent = np.node;
+        py_node = np.py_node;
+        cut = np.cut;
+        memo_put(s, ThreadState::NativeMemo{key, np.node, np.py_node, np.cut});
+      }
+    }
+    if (parent == UINT32_MAX && kept != kNoChain) parent = py_node = chained;
+    if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, above, top, &py_node);
+    frame = lk.op_frame(name);
+    // An engine wrapper without a sequence number learns its forward line from the backward
+    // node it runs next; until then it is parked on its ordinary parent.
+    pending = wrapper && seq_nr < 0;
+    node = pending ? parent : lk.child(parent, frame);
+  }
   // Without an exit report (dispatch tier), the last op to see a number is the best guess for
   // the one that created the autograd node; with one, op_exit records it exactly.
-  if (DC_LIKELY(!p.backward_node && seq_nr >= 0)) remember_forward(seq_nr, rf_tid, p.py_node);
+  if (DC_LIKELY(!backward_node && seq_nr >= 0)) remember_forward(seq_nr, rf_tid, py_node);
   OpEntry& e = s->ops[d];
-  set_node(e, p.node);
-  e.frame = p.frame;
-  e.pending = p.pending;
-  e.py_node = p.py_node;
-  e.py_frame = p.py_frame;
+  set_node(e, node);
+  e.frame = frame;
+  e.pending = pending;
+  e.py_node = py_node;
+  e.py_frame = py_frame;
   if (DC_UNLIKELY(is_scope))
-    set_scope_anchor(py_state, p.py_frame, &e.anchor);
+    set_scope_anchor(py_state, py_frame, &e.anchor);
   else
     e.anchor.n = 0;
   e.handle = handle;
-  e.seq_nr = p.backward_node ? seq_nr : (top ? top->seq_nr : -1);
+  e.seq_nr = backward_node ? seq_nr : (top ? top->seq_nr : -1);
   e.child_ns = 0;
-  e.native_cut = p.cut;
-  if (DC_UNLIKELY(p.native)) {
-    set_native_anchor(e, s->event_ips, p.n_read, p.n_ips, p.cut);
-    e.entry_sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  e.native_cut = cut;
+  if (DC_UNLIKELY(native)) {
+    set_native_anchor(e, ips, n_read, n_ips, cut);
+    e.entry_sp = reinterpret_cast<uintptr_t>(&buf[0]);
   }
   set_epoch(e, epoch);
-  e.fwd_seq = p.backward_node ? -1 : seq_nr;
+  e.fwd_seq = backward_node ? -1 : seq_nr;
   e.rf_tid = rf_tid;
   e.scope = false;
   // Its exit counts it in this slot; fetched now, the line is there by then.
-  e.tally = p.pending ? nullptr : tally_slot(s, p.node);
+  e.tally = pending ? nullptr : tally_slot(s, node);
   if (e.tally != nullptr) __builtin_prefetch(e.tally, 1);
   e.t0_ticks = now_ticks();
   s->depth.store(d + 1, std::memory_order_release);
-  if (DC_UNLIKELY(g_observer != nullptr)) g_observer(name, 0, p.node);
+  if (DC_UNLIKELY(g_observer != nullptr)) g_observer(name, 0, node);
 }
 
 namespace {

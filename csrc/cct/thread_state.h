@@ -319,12 +319,6 @@ struct ThreadState {
   std::atomic<detail::StackPaths*> stack_paths{nullptr};
   std::atomic<uint64_t> native_unwinds{0};  // by operator events and launches (owner writes)
   uintptr_t stack_hi = 0;
-  // op_enter's scratch: the event's Python frames and native return addresses (one event at a
-  // time per thread: nothing op_enter calls enters another). On its stack they made its frame
-  // 13.5 KB, so every spilled local sat beyond an 8-bit displacement from the frame pointer: 3
-  // bytes more per access, and op_enter's hot code that much longer in the instruction cache.
-  dc_raw_frame event_frames[kMaxPyDepth];
-  uintptr_t event_ips[kMaxNative];
 };
 
 }  // namespace dc
