@@ -24,6 +24,13 @@ what the host reports: the misses per op event an operator adds, in our code and
 their lines, in the interpreter's and torch's (a cost that instruction counts do not show).
 
     python benchmarks/op_instructions.py --cache --model gpt2_generate --mode python,op
+
+--code-lines REGEX counts, for each function whose name matches (a build with symbols: see
+--keep), the 64-byte lines of its own code an op event runs and the L1i misses on them: where a
+function's code is spread thin (few instructions a line), a compact rewrite saves misses that
+an instruction count does not show.
+
+    python benchmarks/op_instructions.py --model gpt2_train --mode python,op --code-lines 'dc::op_enter\('
 """
 
 from __future__ import annotations
@@ -120,14 +127,61 @@ def _counts(prefix: str) -> list[int]:
     return [0 if t == "." else int(t.replace(",", "")) for t in cleaned.split()]
 
 
-def run(mode: str, steps: int, tmp: Path, cache: bool = False) -> dict:
+def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
+    """Per function matching `pattern`: its own instructions and L1i misses an op event, the
+    64-byte lines of its code that ran, and those run by at least half the events."""
+    names: dict[str, str] = {}
+    per_fn: dict[str, dict[int, list[int]]] = {}
+    fn, addr, skip, npos, ir, i1 = "", 0, False, 1, 0, None
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("positions:"):
+            npos = len(line.split()) - 1
+        elif line.startswith("events:"):
+            events = line.split()[1:]
+            ir, i1 = events.index("Ir"), events.index("I1mr") if "I1mr" in events else None
+        elif line.startswith(("fn=", "cfn=")):  # "(id) name" the first time, "(id)" after
+            m = re.match(r"\((\d+)\)(?: (.*))?", line.split("=", 1)[1])
+            if m and m.group(2):
+                names[m.group(1)] = m.group(2)
+            if line.startswith("fn=") and m:
+                fn = names.get(m.group(1), "")
+        elif line.startswith("calls="):
+            skip = True  # the next cost line is the call's inclusive cost, not this code's
+        elif line and line[0] in "+-*0123456789":
+            tok = line.split()
+            a = tok[0]
+            addr = (addr if a == "*" else addr + int(a[1:], 0) if a[0] == "+"
+                    else addr - int(a[1:], 0) if a[0] == "-" else int(a, 0))
+            if skip:
+                skip = False
+                continue
+            if re.search(pattern, fn):
+                vals = [int(v) for v in tok[npos:]] + [0] * 16
+                cost = per_fn.setdefault(fn, {}).setdefault(addr, [0, 0])
+                cost[0] += vals[ir]
+                cost[1] += vals[i1] if i1 is not None else 0
+    out = []
+    for name, costs in sorted(per_fn.items(), key=lambda kv: -sum(c[1] for c in kv[1].values())):
+        lines: dict[int, list[int]] = {}
+        for a, (n, m) in costs.items():  # (a line ran as often as its most-run instruction)
+            ln = lines.setdefault(a // 64, [0, 0])
+            ln[0], ln[1] = max(ln[0], n), ln[1] + m
+        hot = sum(1 for n, _ in lines.values() if n >= ops / 2)
+        out.append(f"  {name[:90]}: {sum(c[0] for c in costs.values()) / ops:.0f} instructions, "
+                   f"{sum(c[1] for c in costs.values()) / ops:.1f} L1i misses an op event (own code); "
+                   f"{len(lines)} lines ran, {hot} of them for at least half the events")
+    return out
+
+
+def run(mode: str, steps: int, tmp: Path, cache: bool = False, code: str | None = None) -> dict:
     out = tmp / f"{mode.replace(',', '_')}.dcprof"
     script = tmp / "child.py"
     script.write_text(CHILD)
     cg = tmp / f"cg.{mode.replace(',', '_')}"
     for old in tmp.glob(f"{cg.name}.*"):
         old.unlink()
-    cmd = ["valgrind", "--tool=callgrind", *(CACHE if cache else []), f"--callgrind-out-file={cg}.%p",
+    cmd = ["valgrind", "--tool=callgrind", *(CACHE if cache else []),
+           *(["--dump-instr=yes"] if code and mode != "off" else []), f"--callgrind-out-file={cg}.%p",
            "--zero-before=getppid", "--dump-before=getpgrp", sys.executable, str(script), mode,
            str(steps), str(out), __file__]
     # One thread each for every BLAS and OpenMP pool: an idle pool's threads spin for a while
@@ -156,6 +210,7 @@ def run(mode: str, steps: int, tmp: Path, cache: bool = False) -> dict:
         prof = deepcontext.load(out)
         res["ops"] = prof.total("op.count") * steps / (steps + 2)
         res["allocs"] = prof.total("mem.alloc.count") * steps / (steps + 2)
+        res["code"] = code_lines(dump, res["ops"], code) if code else []
     return res
 
 
@@ -182,6 +237,9 @@ def main() -> int:
                         "symbols: pip install . -Ccmake.build-type=RelWithDebInfo)")
     p.add_argument("--cache", action="store_true",
                    help="also simulate the caches: misses per op event (slower, ~2x)")
+    p.add_argument("--code-lines", metavar="REGEX",
+                   help="per function matching REGEX: the 64-byte lines of its own code an op "
+                        "event runs, and their L1i misses (implies --cache; a build with symbols)")
     p.add_argument("--off", type=int, metavar="INSTRUCTIONS",
                    help="the unprofiled count of an earlier run (same workload and steps), "
                         "instead of measuring it again")
@@ -189,6 +247,7 @@ def main() -> int:
     if args.model and args.model not in _zoo_models():  # (looked up only when asked: torch)
         p.error(f"--model: no model {args.model!r} in model_zoo.py ({', '.join(_zoo_models())})")
     modes = args.mode or ["op", "python,op"]
+    args.cache = args.cache or bool(args.code_lines)
     if args.cache and args.off:
         p.error("--cache: the unprofiled run's misses are measured again (leave out --off)")
     if "off" in modes:  # (a profiled mode with no events would divide by zero below)
@@ -203,7 +262,7 @@ def main() -> int:
         off = {"total": args.off} if args.off else run("off", args.steps, tmp, args.cache)
         print(f"off: {off['total']:,} main-thread instructions in {args.steps} steps")
         for mode in modes:
-            r = run(mode, args.steps, tmp, args.cache)
+            r = run(mode, args.steps, tmp, args.cache, args.code_lines)
             per = (r["total"] - off["total"]) / r["ops"]
             parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS if r[k])
             allocs = f", {r['allocs']:.0f} allocations" if r["allocs"] else ""
@@ -214,6 +273,8 @@ def main() -> int:
                 print(f"{mode}: cache misses per op event (main thread, over off): " + ", ".join(
                     f"{k} {(r['misses'][k] - off['misses'][k]) / r['ops']:+.1f} "
                     f"({r['misses'][k] / off['misses'][k] - 1:+.1%})" for k in MISSES))
+            if r["code"]:
+                print(f"{mode}: own code of the functions matching {args.code_lines!r}:", *r["code"], sep="\n")
     return 0
 
 
