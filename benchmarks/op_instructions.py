@@ -132,7 +132,7 @@ def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
     64-byte lines of its code that ran, and those run by at least half the events."""
     names: dict[str, str] = {}
     per_fn: dict[str, dict[int, list[int]]] = {}
-    fn, addr, skip, npos, ir, i1 = "", 0, False, 1, 0, None
+    addr, skip, npos, ir, i1, wanted = 0, False, 1, 0, None, ""  # wanted: a matching fn's name
     for line in dump.read_text(errors="replace").splitlines():
         if line.startswith("positions:"):
             npos = len(line.split()) - 1
@@ -143,8 +143,9 @@ def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
             m = re.match(r"\((\d+)\)(?: (.*))?", line.split("=", 1)[1])
             if m and m.group(2):
                 names[m.group(1)] = m.group(2)
-            if line.startswith("fn=") and m:
+            if line.startswith("fn=") and m:  # (matched once per function block, not per line)
                 fn = names.get(m.group(1), "")
+                wanted = fn if fn and re.search(pattern, fn) else ""
         elif line.startswith("calls="):
             skip = True  # the next cost line is the call's inclusive cost, not this code's
         elif line and line[0] in "+-*0123456789":
@@ -155,9 +156,9 @@ def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
             if skip:
                 skip = False
                 continue
-            if re.search(pattern, fn):
+            if wanted:
                 vals = [int(v) for v in tok[npos:]] + [0] * 16
-                cost = per_fn.setdefault(fn, {}).setdefault(addr, [0, 0])
+                cost = per_fn.setdefault(wanted, {}).setdefault(addr, [0, 0])
                 cost[0] += vals[ir]
                 cost[1] += vals[i1] if i1 is not None else 0
     out = []

@@ -117,7 +117,8 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
 
 def built_hook_flags(torch: Any) -> list[str] | None:
     """The flags the cached torch hook was built with; None when it is not built (or is to be
-    built again). For benchmarks' headers: what a measurement ran."""
+    built again). For benchmarks' headers: what a measurement ran. Read without the build lock
+    (a header needs no consistent build): the flags file is only ever replaced whole."""
     name = _hook_name(torch)
     return _built_with(cache_dir() / "torch_hook" / name, name)
 
