@@ -90,12 +90,17 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     # step in five (wait=4, active=1), the paused steps in the same timed block
     spec, *options = mode.split("+")
     # "gpu%no-callbacks": a measuring switch of csrc/gpu (DEEPCONTEXT_GPU_DIAG), e.g. CUPTI's
-    # records with none of our per-launch work: the floor any CUPTI tracer pays
+    # records with none of our per-launch work: the floor any CUPTI tracer pays;
+    # "op%op-empty-callbacks": DEEPCONTEXT_OP_DIAG=empty-callbacks (bindings/core.cpp), the torch
+    # hook with every operator event returning at once: the floor RecordFunction itself sets
     spec, _, diag = spec.partition("%")
     context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
     extra: dict = {"sample_interval": float(interval)} if interval else {}
     os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
-    if diag:
+    os.environ.pop("DEEPCONTEXT_OP_DIAG", None)
+    if diag.startswith("op-"):
+        os.environ["DEEPCONTEXT_OP_DIAG"] = diag[3:]
+    elif diag:
         os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
     for option in options:
         if option == "perf":

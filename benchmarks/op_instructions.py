@@ -175,10 +175,14 @@ def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
 
 
 def run(mode: str, steps: int, tmp: Path, cache: bool = False, code: str | None = None) -> dict:
-    out = tmp / f"{mode.replace(',', '_')}.dcprof"
+    # "python,op%op-empty-callbacks": DEEPCONTEXT_OP_DIAG=empty-callbacks (bindings/core.cpp),
+    # the hook with every operator event returning at once: RecordFunction's own cost
+    mode, _, diag = mode.partition("%")
+    name = mode.replace(",", "_") + (f"_{diag}" if diag else "")
+    out = tmp / f"{name}.dcprof"
     script = tmp / "child.py"
     script.write_text(CHILD)
-    cg = tmp / f"cg.{mode.replace(',', '_')}"
+    cg = tmp / f"cg.{name}"
     for old in tmp.glob(f"{cg.name}.*"):
         old.unlink()
     cmd = ["valgrind", "--tool=callgrind", *(CACHE if cache else []),
@@ -189,8 +193,13 @@ def run(mode: str, steps: int, tmp: Path, cache: bool = False, code: str | None 
     # after each use, which callgrind counts by wall time (numpy's OpenBLAS: 20-60M instructions
     # in the micro's window), not by work done.
     one = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    subprocess.run(cmd, check=True, capture_output=True, text=True,
-                   env={**os.environ, "PYTHONHASHSEED": "0", **one})
+    env = {**os.environ, "PYTHONHASHSEED": "0", **one}
+    env.pop("DEEPCONTEXT_OP_DIAG", None)
+    if diag.startswith("op-"):
+        env["DEEPCONTEXT_OP_DIAG"] = diag[3:]
+    elif diag:
+        raise SystemExit(f"--mode {mode}%{diag}: the only switch here is %op-empty-callbacks")
+    subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     (dump,) = [p for p in tmp.glob(f"{cg.name}.*.1")]
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
                          capture_output=True, text=True, check=True).stdout
@@ -211,7 +220,7 @@ def run(mode: str, steps: int, tmp: Path, cache: bool = False, code: str | None 
         prof = deepcontext.load(out)
         res["ops"] = prof.total("op.count") * steps / (steps + 2)
         res["allocs"] = prof.total("mem.alloc.count") * steps / (steps + 2)
-        res["code"] = code_lines(dump, res["ops"], code) if code else []
+        res["code"] = code_lines(dump, res["ops"], code) if code and res["ops"] else []
     return res
 
 
@@ -262,8 +271,15 @@ def main() -> int:
         tmp.mkdir(parents=True, exist_ok=True)
         off = {"total": args.off} if args.off else run("off", args.steps, tmp, args.cache)
         print(f"off: {off['total']:,} main-thread instructions in {args.steps} steps")
+        events = 0.0
         for mode in modes:
             r = run(mode, args.steps, tmp, args.cache, args.code_lines)
+            if r["ops"] == 0:  # (%op-empty-callbacks records none: the events of the mode before)
+                if events == 0:
+                    p.error(f"--mode {mode}: no op events recorded; list a mode that records "
+                            "them first (the same steps run the same operators)")
+                r["ops"] = events
+            events = r["ops"]
             per = (r["total"] - off["total"]) / r["ops"]
             parts = ", ".join(f"{k} {r[k] / r['ops']:.0f}" for k in FUNCS if r[k])
             allocs = f", {r['allocs']:.0f} allocations" if r["allocs"] else ""

@@ -35,10 +35,11 @@ void register_thread(unsigned long pthread_id, pid_t tid);
 void ignore_thread(pid_t tid);
 
 // Hot paths, callable without the GIL.
-// is_scope: a record_function scope (USER_SCOPE), whose body runs after the frame that opened
-// it has returned (ScopeAnchor).
+// flags (c_api.h's dc_op_flags): DC_OP_BACKWARD for an autograd node, DC_OP_SCOPE for a
+// record_function scope (USER_SCOPE), whose body runs after the frame that opened it has
+// returned (ScopeAnchor). The torch hook calls it directly (dc_api::op_enter).
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
-              uint64_t fwd_tid, bool is_backward, bool is_scope = false);
+              uint64_t fwd_tid, int flags = 0);
 // An operator a thread runs for another thread's operator `issuer` (a node id): a backend's
 // worker running the collective the issuing thread enqueued. Its node, its nested operators
 // and its thread's samples go under `issuer`; closed by op_exit(handle) like any operator.

@@ -18,7 +18,7 @@ class Lookup {
   explicit Lookup(ThreadState* s) : s_(s) {}
 
   TreeWriter& writer() {
-    if (!w_) w_.emplace(tree());
+    if (DC_UNLIKELY(!w_)) take_lock();
     return *w_;
   }
 
@@ -39,8 +39,16 @@ class Lookup {
   // The frame of operator `name`: by pointer when this buffer held this text last time, else by
   // text (backward and engine-wrapper names are built per call in reused buffers).
   uint32_t op_frame(const char* name) {
+    const auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    if (DC_LIKELY(e.ptr == name && same_text(s_->op_name_texts[e.text].text, name))) return e.frame;
+    return op_frame_by_text(name);
+  }
+
+  // The frame of operator `name` by its text, and the pointer slot's new entry: out of line, so
+  // that a hit (a forward operator's name, at the same address every call) runs through few
+  // lines of code; backward names, built in reused buffers, mostly come here.
+  [[gnu::noinline]] uint32_t op_frame_by_text(const char* name) {
     auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
-    if (e.ptr == name && same_text(s_->op_name_texts[e.text].text, name)) return e.frame;
     const size_t len = std::strlen(name);
     const uint64_t h = text_hash(name, len);
     uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
@@ -92,6 +100,9 @@ class Lookup {
     h = (h ^ w) * 0x9E3779B97F4A7C15ull;
     return h ^ (h >> 32);
   }
+
+  // (out of line: the lock is rare, and every caller of writer() would otherwise carry it)
+  [[gnu::noinline]] void take_lock() { w_.emplace(tree()); }
 
   ThreadState* s_;
   std::optional<TreeWriter> w_;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "../callpath/native_stack.h"
+#include "deepcontext/c_api.h"
 #include "capture_internal.h"
 #include "clock.h"
 #include "lookup.h"
@@ -131,10 +132,14 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
   return node;
 }
 
-}  // namespace
-
-void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
-              uint64_t fwd_tid, bool is_backward, bool is_scope) {
+// An operator event, compiled twice: without the native layer (kNative false, every event's
+// path unless native frames are on) none of the native code is in it, so an event runs through
+// fewer cache lines of code (the cost of an event is mostly instruction-cache misses:
+// benchmarks/results/cpu-2026-12-05-icache-3469891.md).
+template <bool kNative>
+[[gnu::always_inline]] inline void enter_event(const char* name, uint64_t handle, int64_t seq_nr,
+                                               uint64_t rf_tid, uint64_t fwd_tid, bool is_backward,
+                                               bool is_scope) {
   uint32_t epoch;
   int d;
   ThreadState* s = begin_op(&epoch, &d);
@@ -150,7 +155,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   constexpr int kNoChain = -2;
   int kept = kNoChain;
   int above = -1;  // (frames_above_op's count, once walk_to_op_frame has given it)
-  int n = py_state && top == nullptr && !g_opts.native
+  int n = py_state && top == nullptr && !kNative
               ? dc_walk_python_since(py_state, &s->chain, buf, kMaxPyDepth, &kept)
               : -1;
   if (n < 0) {
@@ -162,8 +167,7 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   // A nested event gets native frames only inside an op placed by its own call frame, with no
   // Python frame newer than the op's (native_place): else its stack would be walked for nothing
   // (71% of a GPT-2 training step's events run under autograd nodes, which have no call frame).
-  const bool native =
-      DC_UNLIKELY(g_opts.native) && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
+  const bool native = kNative && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
   uintptr_t ips[kMaxNative];
   int n_read = 0;
   const uint64_t name_hash = native ? std::hash<std::string_view>{}(name) : 0;
@@ -248,12 +252,45 @@ void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid
   if (DC_UNLIKELY(g_observer != nullptr)) g_observer(name, 0, node);
 }
 
+[[gnu::noinline]] void enter_event_native(const char* name, uint64_t handle, int64_t seq_nr,
+                                          uint64_t rf_tid, uint64_t fwd_tid, bool is_backward,
+                                          bool is_scope) {
+  enter_event<true>(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope);
+}
+
+}  // namespace
+
+void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
+              uint64_t fwd_tid, int flags) {
+  const bool is_backward = (flags & DC_OP_BACKWARD) != 0, is_scope = (flags & DC_OP_SCOPE) != 0;
+  if (DC_UNLIKELY(g_opts.native))
+    enter_event_native(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope);
+  else
+    enter_event<false>(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope);
+}
+
 namespace {
+// The rare parts of an exit, out of line so that the common one runs through few lines of code:
+// a wrapper that never saw its backward node, and an exit counted in the tree (the lock) when
+// the thread's tally is full.
+[[gnu::noinline]] void resolve_pending_at_exit(ThreadState* s, OpEntry& e) {
+  Lookup lk(s);
+  resolve_pending(lk, e, -1, 0);
+}
+
+[[gnu::noinline]] void count_in_tree(uint32_t node, int64_t own, int created) {
+  TreeWriter t(tree());
+  if (created > 0) t.add(node, m_autograd_nodes, created);
+  if (t.value(node, m_op_count) == 0.0) t.add(node, m_op_first_time, own * 1e-9);
+  t.add(node, m_op_time, own * 1e-9);
+  t.add(node, m_op_count, 1.0);
+}
+
 // A scope closed out of order (record_function across an await or a generator): its entry is
 // taken out of the middle of the stack, so it cannot stay open for the rest of the run. Only
 // entries below the top move, and the depth drops last, so the signal handler (which reads the
 // top) sees either the old stack or the new one. Returns the removed entry's index, or -1.
-int remove_from_middle(ThreadState* s, int d, uint64_t handle, OpEntry* out) {
+[[gnu::noinline]] int remove_from_middle(ThreadState* s, int d, uint64_t handle, OpEntry* out) {
   for (int i = d - 2; i >= 0; --i) {
     if (s->ops[i].handle != handle) continue;
     *out = s->ops[i];
@@ -302,18 +339,10 @@ void op_exit(uint64_t handle, int seq_consumed) {
   if (created > 0) remember_forward(e.fwd_seq, e.rf_tid, e.py_node);
   for (int k = 1; k < created; ++k)
     if (!forward_recorded(e.fwd_seq + k)) remember_forward(e.fwd_seq + k, e.rf_tid, e.py_node);
-  {
-    Lookup lk(s);
-    if (DC_UNLIKELY(e.pending)) resolve_pending(lk, e, -1, 0);
-    const int64_t own = elapsed - e.child_ns;
-    if (DC_UNLIKELY(!tally_exit(s, e.tally, e.node, own, created))) {  // the thread's tally is full
-      TreeWriter& t = lk.writer();
-      if (created > 0) t.add(e.node, m_autograd_nodes, created);
-      if (t.value(e.node, m_op_count) == 0.0) t.add(e.node, m_op_first_time, own * 1e-9);
-      t.add(e.node, m_op_time, own * 1e-9);
-      t.add(e.node, m_op_count, 1.0);
-    }
-  }
+  if (DC_UNLIKELY(e.pending)) resolve_pending_at_exit(s, e);
+  const int64_t own = elapsed - e.child_ns;
+  if (DC_UNLIKELY(!tally_exit(s, e.tally, e.node, own, created)))  // the thread's tally is full
+    count_in_tree(e.node, own, created);
   if (DC_UNLIKELY(g_observer != nullptr)) g_observer(nullptr, 1, e.node);
 }
 

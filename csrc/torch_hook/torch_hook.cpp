@@ -190,7 +190,8 @@ void enter_backend_scope(const at::RecordFunction& fn, const Issuer* issuer) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
-  if (!g_api->enabled()) return nullptr;
+  // (No check that capture is on before the operator's: op_enter makes it, and hiding calls
+  // while a schedule pauses the session only saves their RecordFunctions.)
   // A hidden call that runs a RecordFunction for another profiler's callbacks: still hidden
   // here, so the profile does not depend on whether torch.profiler runs beside it.
   const char* name = fn.name();
@@ -208,7 +209,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
       t_hiding = 0;
     }
   }
-  if (!is_process_group_op(name)) return nullptr;
+  if (!is_process_group_op(name) || !g_api->enabled()) return nullptr;
   auto scope = std::make_unique<IssuerScope>();
   scope->guard.emplace(g_issuer_kind,
                        std::make_shared<Issuer>(g_api->current_node(), fn.threadId()));

@@ -47,3 +47,31 @@ def test_api_misuse_is_a_clear_error():
 def test_second_session_holds_only_its_own_contexts(tmp_path):
     # first() ran in session 1 and between the sessions; session 2's profile has only second()
     assert run("api_two_sessions.py", str(tmp_path / "p")) == "True False True 7 record_function"
+
+
+def test_the_operator_floor_switch_records_no_operator_and_the_next_session_does(tmp_path):
+    # DEEPCONTEXT_OP_DIAG=empty-callbacks (benchmarks' %op-empty-callbacks): the hook runs but
+    # every operator event returns at once; it is read at each start, so a session after it
+    # records every operator again
+    program = (
+        "import os, sys, torch, deepcontext\n"
+        "a = torch.ones(4, 4)\n"
+        "def session(out):\n"
+        "    with deepcontext.profile(out, context='python,op', force=True):\n"
+        "        for _ in range(5):\n"
+        "            torch.mm(a, a)\n"
+        "os.environ['DEEPCONTEXT_OP_DIAG'] = 'empty-callbacks'\n"
+        "session(sys.argv[1])\n"
+        "del os.environ['DEEPCONTEXT_OP_DIAG']\n"
+        "session(sys.argv[2])\n"
+        "print(torch.mm(a, a).sum().item())\n")
+    empty, full = tmp_path / "empty.dcprof", tmp_path / "full.dcprof"
+    proc = subprocess.run([sys.executable, "-c", program, str(empty), str(full)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout == "64.0\n", proc.stderr
+    import deepcontext
+
+    assert deepcontext.load(empty).total("op.count") == 0
+    ops = deepcontext.load(full)
+    assert ops.total("op.count") == 5
+    assert {n.frame.name for n in ops.nodes if n.frame.kind == "op"} == {"aten::mm"}
