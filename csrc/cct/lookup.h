@@ -39,7 +39,7 @@ class Lookup {
   // The frame of operator `name`: by pointer when this buffer held this text last time, else by
   // text (backward and engine-wrapper names are built per call in reused buffers).
   uint32_t op_frame(const char* name) {
-    const auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    const auto& e = name_slot(name);
     if (DC_LIKELY(e.ptr == name && same_text(s_->op_name_texts[e.text].text, name))) return e.frame;
     return op_frame_by_text(name);
   }
@@ -48,7 +48,7 @@ class Lookup {
   // that a hit (a forward operator's name, at the same address every call) runs through few
   // lines of code; backward names, built in reused buffers, mostly come here.
   [[gnu::noinline]] uint32_t op_frame_by_text(const char* name) {
-    auto& e = s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    auto& e = name_slot(name);
     const size_t len = std::strlen(name);
     const uint64_t h = text_hash(name, len);
     uint32_t i = s_->op_name_ids.find(static_cast<uint32_t>(len), h);
@@ -99,6 +99,11 @@ class Lookup {
     std::memcpy(&w, p + i, n - i);
     h = (h ^ w) * 0x9E3779B97F4A7C15ull;
     return h ^ (h >> 32);
+  }
+
+  // The pointer cache's slot for a name at this address.
+  ThreadState::OpNameSlot& name_slot(const char* name) {
+    return s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
   }
 
   // (out of line: the lock is rare, and every caller of writer() would otherwise carry it)

@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+import deepcontext  # noqa: E402
 from helpers import PROGRAMS, line_of  # noqa: E402
 
 
@@ -69,8 +70,6 @@ def test_the_operator_floor_switch_records_no_operator_and_the_next_session_does
     proc = subprocess.run([sys.executable, "-c", program, str(empty), str(full)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout == "64.0\n", proc.stderr
-    import deepcontext
-
     assert deepcontext.load(empty).total("op.count") == 0
     ops = deepcontext.load(full)
     assert ops.total("op.count") == 5
