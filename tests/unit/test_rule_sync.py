@@ -117,3 +117,29 @@ def test_setup_lines_run_less_often_than_the_sync_stay_outside_its_loop():
                   ([user(10), op("aten::mm"), op("k")], {"gpu.time": 0.25, "gpu.launches": 80}),
                   (frames, {"sync.wait": 0.25, "sync.count": 20})])
     assert run(tree) == []
+
+
+def test_a_warm_up_issuing_more_operators_than_the_loop_syncs_stays_outside():
+    # benchmarks/fixes/fusion.py "after" on an H100: the warm-up line (3 steps of 9 operators,
+    # 27 operator calls, their first calls 0.17 s of cuBLAS and module loading) ran 3 times, not
+    # once per sync, though its operator count passes the 20 syncs; the loop is GPU-bound
+    mms = [([user(5), op(f"aten::op{i}")], {"op.time": 0.02, "op.first_time": 0.019,
+                                            "op.count": 3}) for i in range(9)]
+    frames = [user(12), sync("cudaDeviceSynchronize")]
+    tree = build([*mms,
+                  ([user(10), op("aten::mm")], {"op.time": 0.002, "op.count": 180}),
+                  ([user(10), op("aten::mm"), op("k")], {"gpu.time": 0.0101, "gpu.launches": 80}),
+                  (frames, {"sync.wait": 0.0107, "sync.count": 20})])
+    (f,) = run(tree)  # counted, the warm-up made the loop host-bound and the whole wait a warning
+    assert f.severity == "note" and abs(f.estimated_gain.seconds - 20 * 0.002 / 80) < 1e-12
+
+
+def test_first_calls_inside_the_loop_are_not_its_host_time():
+    # the loop's own first iteration loads the kernels (0.5 s); steady, its 0.01 s of operators
+    # keep the GPU busy 0.25 s: GPU-bound, each sync idles it one launch, under the note floor
+    frames = [user(12), sync("cudaDeviceSynchronize")]
+    tree = build([([user(10), op("aten::mm")], {"op.time": 0.51, "op.first_time": 0.5,
+                                                 "op.count": 80}),
+                  ([user(10), op("aten::mm"), op("k")], {"gpu.time": 0.25, "gpu.launches": 80}),
+                  (frames, {"sync.wait": 0.25, "sync.count": 20})])
+    assert run(tree) == []

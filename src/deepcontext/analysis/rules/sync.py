@@ -100,17 +100,19 @@ class SyncRule(Rule):
 
     def _gpu_idle(self, ctx: AnalysisContext, owner: int, syncs: float) -> float:
         """GPU time idle because of the syncs at ``owner``, estimated over its loop: the lines
-        of its function that ran at least once per sync (setup, warm-up and first-call costs run
-        less often and stay out). Host-bound loop (operator time H >= GPU busy time G): the GPU
+        of its function that ran at least once per sync (``ctx.runs``: set-up and warm-up lines
+        run less often and stay out), their operators' first calls left out. Host-bound loop (operator time H >= GPU busy time G): the GPU
         idles H + waits - G. GPU-bound loop: the host's launches overlap the GPU's work, and the
         GPU only idles from each sync's return to its next launch: one launch's host time, at
         most ``launch_latency_s`` (an op's host time can include blocking that overlaps)."""
         node = ctx.tree.nodes[owner]
-        op_count = ctx.inc("op.count")
         lines = [c for c in ctx.tree.nodes[node.parent].children
                  if (ctx.tree.nodes[c].frame.file, ctx.tree.nodes[c].frame.name)
-                 == (node.frame.file, node.frame.name) and (c == owner or op_count[c] >= syncs)]
-        host = sum(ctx.inc("op.time")[n] for n in lines)
+                 == (node.frame.file, node.frame.name) and (c == owner or ctx.runs(c) >= syncs)]
+        # operator time less each context's first call: a warm-up's cuBLAS handles and lazy
+        # module loads are not the loop's (they made a GPU-bound loop read as host-bound)
+        ops, first = ctx.inc("op.time"), ctx.inc("op.first_time")
+        host = sum(max(0.0, ops[n] - first[n]) for n in lines)
         waits = sum(ctx.inc("sync.wait")[n] for n in lines)
         busy = sum(ctx.inc(m)[n] for n in lines for m in ("gpu.time", "memcpy.time", "memset.time"))
         idle = max(0.0, host + waits - busy)
