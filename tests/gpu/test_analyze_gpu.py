@@ -1,6 +1,7 @@
-"""`deepcontext analyze` on real GPU programs (benchmarks/fixes/, 23 steps each, memcpy 103): the program
-with the inefficiency gets its rule at the exact line, at warning level or above; the fixed
-program gets no warning-level finding at all. benchmarks/fix_gains.py times the same pairs."""
+"""`deepcontext analyze` on real GPU programs (benchmarks/fixes/, 23 steps each, memcpy 103):
+the program with the inefficiency gets its rule at the exact line, at warning level or above;
+the fixed program gets no warning-level finding at all. benchmarks/fix_gains.py times the same
+pairs."""
 
 from __future__ import annotations
 

@@ -101,10 +101,11 @@ class SyncRule(Rule):
     def _gpu_idle(self, ctx: AnalysisContext, owner: int, syncs: float) -> float:
         """GPU time idle because of the syncs at ``owner``, estimated over its loop: the lines
         of its function that ran at least once per sync (``ctx.runs``: set-up and warm-up lines
-        run less often and stay out), their operators' first calls left out. Host-bound loop (operator time H >= GPU busy time G): the GPU
-        idles H + waits - G. GPU-bound loop: the host's launches overlap the GPU's work, and the
-        GPU only idles from each sync's return to its next launch: one launch's host time, at
-        most ``launch_latency_s`` (an op's host time can include blocking that overlaps)."""
+        run less often and stay out), their operators' first calls left out. Host-bound loop
+        (operator time H >= GPU busy time G): the GPU idles H + waits - G. GPU-bound loop: the
+        host's launches overlap the GPU's work, and the GPU only idles from each sync's return
+        to its next launch: one launch's host time, at most ``launch_latency_s`` (an op's host
+        time can include blocking that overlaps)."""
         node = ctx.tree.nodes[owner]
         lines = [c for c in ctx.tree.nodes[node.parent].children
                  if (ctx.tree.nodes[c].frame.file, ctx.tree.nodes[c].frame.name)
