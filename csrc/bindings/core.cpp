@@ -181,9 +181,11 @@ NB_MODULE(_core, m) {
         return h;
       }, "name"_a, "seq_nr"_a = -1, "is_backward"_a = false, "fwd_tid"_a = 0, "rf_tid"_a = 0);
   m.def("op_exit", [](uint64_t handle) { dc::op_exit(handle, -1); }, "handle"_a);
-  m.def("scope_enter", [](const std::string& name, const std::string& extra, int skip_py) {
+  // (const char*: the module layer passes the same cached strings every call, read in place;
+  // the core's frame memo knows them by address)
+  m.def("scope_enter", [](const char* name, const char* extra, int skip_py) {
         uint64_t h = g_py_handles.fetch_add(1);
-        dc::scope_enter(DC_KIND_MODULE, name.c_str(), extra.c_str(), h, skip_py);
+        dc::scope_enter(DC_KIND_MODULE, name ? name : "", extra ? extra : "", h, skip_py);
         return h;
       }, "name"_a, "extra"_a = "", "skip_py"_a = 0,
       "Open a module scope (closed by op_exit) that later ops and samples nest under.");

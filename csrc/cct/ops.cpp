@@ -347,36 +347,81 @@ void op_exit(uint64_t handle, int seq_consumed) {
 }
 
 
+namespace {
+// A scope's frame, from the thread's memo when this address held this text last time (the
+// module layer passes each module's cached path string every call); the tree on a miss.
+uint32_t scope_frame(Lookup& lk, ThreadState* s, int kind, const char* name, const char* extra) {
+  const uint64_t slot = (reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15ull) >> 56;
+  ThreadState::ScopeNameSlot& e = s->scope_names[slot];
+  if (e.ptr == name && e.kind == kind && e.name == name && e.extra == extra) return e.frame;
+  e.frame = lk.writer().named_frame(static_cast<Kind>(kind), name, extra);
+  e.ptr = name;
+  e.kind = kind;
+  e.name = name;
+  e.extra = extra;
+  return e.frame;
+}
+
+// The node of frames buf[0..k) (innermost first) under the open op `top`: context_under_op's,
+// memoized by the frames' code and place (ThreadState::ScopeMemo).
+uint32_t scope_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n, int k,
+                       const OpEntry& top, uint32_t* py_node) {
+  if (k == 0) return context_under_op(lk, s, buf, n, k, top, py_node);
+  uint64_t key = key_mix(top.node, static_cast<uint64_t>(k));
+  for (int i = 0; i < k; ++i)
+    key = key_mix(key, reinterpret_cast<uintptr_t>(buf[i].code) ^
+                           (static_cast<uint64_t>(static_cast<uint32_t>(buf[i].offset)) << 1) ^
+                           static_cast<uint64_t>(buf[i].entry & 1));
+  key = key ? key : 1;
+  const uint32_t epoch = dc_code_epoch();
+  ThreadState::ScopeMemo& m = s->scope_memo[key >> 56];
+  if (m.key == key && m.base == top.node && m.epoch == epoch) return *py_node = m.node;
+  const uint32_t node = context_under_op(lk, s, buf, n, k, top, py_node);
+  m = ThreadState::ScopeMemo{key, top.node, epoch, node};
+  return node;
+}
+}  // namespace
+
 void scope_enter(int kind, const char* name, const char* extra, uint64_t handle, int skip_py) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   ThreadState* s = registry::self();
   const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
   const int d = push_depth(s, epoch);
   if (d < 0) return;
-  dc_raw_frame buf[kMaxPyDepth];
-  int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, kMaxPyDepth) : 0;
-  const int skip = std::min(std::max(skip_py, 0), n);
-  std::memmove(buf, buf + skip, sizeof(dc_raw_frame) * (n - skip));
-  n -= skip;
+  void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
+  const int skip = std::max(skip_py, 0);  // (the caller's own frames: the module layer's hook)
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
+  dc_raw_frame buf[kMaxPyDepth];
   uint32_t node, frame, py_node = 0;
+  const void* py_frame;
   {
     Lookup lk(s);
-    TreeWriter& t = lk.writer();
     if (top && top->pending) resolve_pending(lk, *top, -1, 0);
-    Describer live;
-    uint32_t parent = top ? node_for(t, live, s, buf, n, true, top->node, top->py_node,
-                                     top->py_frame, &top->anchor, &py_node)
-                          : node_for(t, live, s, buf, n, false, 0, 0, nullptr, nullptr, &py_node);
-    frame = t.named_frame(static_cast<Kind>(kind), name, extra);
-    node = t.child(parent, frame);
+    uint32_t parent;
+    if (top != nullptr) {
+      // Under an open op or scope (a submodule under its parent's scope, a few frames newer
+      // than it): only those frames, from the thread's memo, as an operator event's are.
+      int above = 0;
+      int n = py_state ? walk_to_op_frame(py_state, buf, 0, top->py_frame, &top->anchor, &above) : 0;
+      if (py_state && n <= skip) n = dc_walk_python(py_state, buf, skip + 1);  // (op's frame gone)
+      const int m = std::max(0, n - skip);
+      parent = scope_context(lk, s, buf + skip, m, std::clamp(above - skip, 0, m), *top, &py_node);
+      py_frame = m > 0 ? buf[skip].frame : nullptr;
+    } else {
+      const int n = py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
+      const int m = std::max(0, n - skip);
+      parent = python_context(lk, s, buf + skip, m, -1, nullptr, &py_node);
+      py_frame = m > 0 ? buf[skip].frame : nullptr;
+    }
+    frame = scope_frame(lk, s, kind, name, extra);
+    node = lk.child(parent, frame);
   }
   OpEntry& e = s->ops[d];
   set_node(e, node);
   e.frame = frame;
   e.pending = false;
   e.py_node = py_node;
-  e.py_frame = n > 0 ? buf[0].frame : nullptr;
+  e.py_frame = py_frame;
   e.anchor.n = 0;  // (a module's scope opens in the frame that runs it)
   e.handle = handle;
   e.seq_nr = top ? top->seq_nr : -1;

@@ -291,6 +291,24 @@ struct ThreadState {
     uint32_t text = 0;
   };
   OpNameSlot op_names[256];
+  // Scope frames (the module layer's paths) by the name's address, checked by text: the layer
+  // passes each module's cached path string, so a hit needs no tree lock.
+  struct ScopeNameSlot {
+    const char* ptr = nullptr;
+    int kind = -1;
+    uint32_t frame = 0;
+    std::string name, extra;
+  };
+  ScopeNameSlot scope_names[256];
+  // Scope contexts: (open scope's node, the frames between its frame and the new scope's) ->
+  // node. A module's scope opens a few frames below its parent's (the parent's forward line, then
+  // torch's call frames), the same frames for every call from that line, where cached_under_op's
+  // one-path cache is refilled by the ops in between. Trusts code addresses as far as `epoch`.
+  struct ScopeMemo {
+    uint64_t key = 0;
+    uint32_t base = 0, epoch = 0, node = 0;
+  };
+  ScopeMemo scope_memo[256];
   // (parent, op frame) -> node and (parent, python_key) -> node: nodes are never removed, so a
   // hit is exact (child_cache.h).
   ChildCache op_children;

@@ -123,6 +123,30 @@ def test_module_and_native_layers_are_refused_together(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_scope_names_built_per_call_keep_their_own_frames(tmp_path):
+    # The core knows a scope's name by its address, checked against its text: a string freed
+    # and another built in its place (a name made per call) is another module, not the last one.
+    out = tmp_path / "names.dcprof"
+    code = ("import torch, deepcontext\n"
+            "from deepcontext.capture.native import core\n"
+            "x = torch.ones(2)\n"
+            f"with deepcontext.profile({str(out)!r}, context='python,op'):\n"
+            "    for i in range(300):\n"
+            "        h = core.scope_enter(f'block{i % 150}', f'class=B{i % 3}', 0)\n"
+            "        x.add_(1)\n"
+            "        core.op_exit(h)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    adds = {}
+    for n in tree.nodes:
+        if n.frame.kind == "op" and n.frame.name == "aten::add_":
+            scope = tree.nodes[n.parent].frame
+            key = (scope.kind, scope.name, dict(scope.extra)["class"])
+            adds[key] = adds.get(key, 0) + n.metrics["op.count"]
+    assert adds == {("module", f"block{i}", f"B{i % 3}"): 2 for i in range(150)}
+
+
 def test_hooks_are_removed_when_the_session_stops(tmp_path):
     code = ("import torch, deepcontext\n"
             "from torch.nn.modules import module as m\n"
