@@ -109,6 +109,7 @@ FUNCS = {  # inclusive cost of these, per op event
     # the core's share (named only in a build that keeps its symbols: see --help)
     "core op_enter": r"dc::op_enter\(char",
     "core op_exit": r"dc::op_exit\(unsigned",
+    "core scope_enter": r"dc::scope_enter\(int",  # the module layer's scopes
     # the memory layer: our reporter (all of it, the core's share included), and torch's CPU
     # allocator bookkeeping around it (its size table, then our reporter)
     "memory reporter": r"MemoryReporter::reportMemoryUsage\(void",
