@@ -185,7 +185,7 @@ NB_MODULE(_core, m) {
   // the core's frame memo knows them by address)
   m.def("scope_enter", [](const char* name, const char* extra, int skip_py) {
         uint64_t h = g_py_handles.fetch_add(1);
-        dc::scope_enter(DC_KIND_MODULE, name ? name : "", extra ? extra : "", h, skip_py);
+        dc::scope_enter(DC_KIND_MODULE, name, extra, h, skip_py);  // (None is refused: non-null)
         return h;
       }, "name"_a, "extra"_a = "", "skip_py"_a = 0,
       "Open a module scope (closed by op_exit) that later ops and samples nest under.");

@@ -397,22 +397,20 @@ void scope_enter(int kind, const char* name, const char* extra, uint64_t handle,
   {
     Lookup lk(s);
     if (top && top->pending) resolve_pending(lk, *top, -1, 0);
-    uint32_t parent;
-    if (top != nullptr) {
-      // Under an open op or scope (a submodule under its parent's scope, a few frames newer
-      // than it): only those frames, from the thread's memo, as an operator event's are.
-      int above = 0;
-      int n = py_state ? walk_to_op_frame(py_state, buf, 0, top->py_frame, &top->anchor, &above) : 0;
-      if (py_state && n <= skip) n = dc_walk_python(py_state, buf, skip + 1);  // (op's frame gone)
-      const int m = std::max(0, n - skip);
-      parent = scope_context(lk, s, buf + skip, m, std::clamp(above - skip, 0, m), *top, &py_node);
-      py_frame = m > 0 ? buf[skip].frame : nullptr;
-    } else {
-      const int n = py_state ? dc_walk_python(py_state, buf, kMaxPyDepth) : 0;
-      const int m = std::max(0, n - skip);
-      parent = python_context(lk, s, buf + skip, m, -1, nullptr, &py_node);
-      py_frame = m > 0 ? buf[skip].frame : nullptr;
+    // Under an open op or scope (a submodule under its parent's scope, a few frames newer than
+    // it), only those frames are walked and looked up, as an operator event's are.
+    int n = 0, above = 0;
+    if (py_state && top != nullptr) {
+      n = walk_to_op_frame(py_state, buf, 0, top->py_frame, &top->anchor, &above);
+      if (n <= skip) n = dc_walk_python(py_state, buf, skip + 1);  // (the op's frame is gone)
+    } else if (py_state) {
+      n = dc_walk_python(py_state, buf, kMaxPyDepth);
     }
+    const int m = std::max(0, n - skip);
+    const uint32_t parent =
+        top ? scope_context(lk, s, buf + skip, m, std::clamp(above - skip, 0, m), *top, &py_node)
+            : python_context(lk, s, buf + skip, m, -1, nullptr, &py_node);
+    py_frame = m > 0 ? buf[skip].frame : nullptr;
     frame = scope_frame(lk, s, kind, name, extra);
     node = lk.child(parent, frame);
   }
