@@ -59,13 +59,19 @@ StepQuery g_query = nullptr;     // torch's own getStepCallbacksUnlessEmpty
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn);
 
 std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
-  if (scope != at::RecordScope::FUNCTION) return g_query(scope);
-  if (t_hiding != 0 && t_hide_alone) return std::nullopt;
-  std::optional<at::StepCallbacks> cbs = g_query(scope);
-  const bool alone = cbs && cbs->callbacks_.size() == 1 && cbs->callbacks_[0].start_ == &on_enter;
-  if (t_hiding != 0 && alone)
-    return std::nullopt;  // another profiler's callbacks (torch.profiler) still see every call
-  t_alone = alone;
+  const bool function = scope == at::RecordScope::FUNCTION;
+  const bool hidden = function && t_hiding != 0 && t_hide_alone;
+  // (One named result, returned on every path and built from torch's in place: with a second
+  // returned object, every visible call moved the callback list's small vector once more.)
+  std::optional<at::StepCallbacks> cbs =
+      hidden ? std::optional<at::StepCallbacks>() : g_query(scope);
+  if (function && !hidden) {
+    const bool alone = cbs && cbs->callbacks_.size() == 1 && cbs->callbacks_[0].start_ == &on_enter;
+    if (t_hiding != 0 && alone)
+      cbs.reset();  // another profiler's callbacks (torch.profiler) still see every call
+    else
+      t_alone = alone;
+  }
   return cbs;
 }
 
