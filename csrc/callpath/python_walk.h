@@ -37,11 +37,15 @@ int dc_python_frame_on_chain(void* tstate, const void* frame, int max_links);
 // its own result per frame beside them (`node`, `py_frame`, `frames`, `fingerprint`).
 #define DC_CHAIN_MAX 320   // frames, shims included; a deeper chain is walked in full each time
 #define DC_CHAIN_SLOTS 128
+typedef struct dc_chain_link {
+  const void* frame;
+  const void* instr;  // its instruction pointer: where it is, while it is live
+} dc_chain_link;
 typedef struct dc_chain {
   int n;
   uint32_t deaths;                  // dc_code_epoch() when it was recorded
-  const void* frame[DC_CHAIN_MAX];
-  const void* instr[DC_CHAIN_MAX];  // its instruction pointer: where it is, while it is live
+  // (a frame beside its instruction pointer: the check of an unchanged caller reads one line)
+  dc_chain_link link[DC_CHAIN_MAX];
   int16_t desc[DC_CHAIN_MAX];       // frames the last walk added: index in its `out`, -1 if none
   int16_t described[DC_CHAIN_MAX];  // frames described at and outside this one
   uint16_t slot[DC_CHAIN_SLOTS];    // frame address -> index + 1 (0: none; may be stale)
