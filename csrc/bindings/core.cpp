@@ -341,17 +341,14 @@ NB_MODULE(_core, m) {
   testing.def("chain_walk", [] {
     // One chain for the calling test (its own thread), kept as op_enter keeps a thread's.
     static dc_chain* chain = new dc_chain();
-    std::vector<dc_raw_frame> buf(dc::kMaxPyDepth);
     int kept = -1;
-    const int m = dc_walk_python_since(dc_this_thread_state(), chain, buf.data(), dc::kMaxPyDepth, &kept);
+    const int m = dc_walk_python_since(dc_this_thread_state(), chain, dc::kMaxPyDepth, &kept);
     if (m < 0) return nb::object(nb::none());
-    for (int i = kept + 1; i < chain->n; ++i)
-      if (chain->desc[i] >= 0) chain->frames[i] = buf[chain->desc[i]];
-    nb::list path;  // outermost first: (file, line) of every described frame
+    nb::list path;  // outermost first: (file, line) of every frame with code (all live now)
     for (int i = 0; i < chain->n; ++i) {
-      if (chain->described[i] == (i > 0 ? chain->described[i - 1] : 0)) continue;
+      dc_raw_frame f;
+      if (chain->code[i] == nullptr || dc_describe_frame(chain->link[i].frame, &f) != 1) continue;
       char file[512], name[256];
-      const dc_raw_frame& f = chain->frames[i];
       const int line = dc_describe_code(f.code, f.offset, file, sizeof file, name, sizeof name);
       path.append(nb::make_tuple(std::string(file), line));
     }

@@ -444,13 +444,35 @@ static int differs_outside(const dc_frame_t* f, const dc_chain* ch, int at) {
   }
   return g->previous == NULL ? 0 : DC_CHAIN_MAX; /* more frames outside than recorded: all new */
 }
+
+/* The code object of a frame of the calling thread (not a signal handler's: nothing is probed),
+ * into *code, by describe()'s tests without the description: 1 with code, 0 with none (a shim, a
+ * frame being set up, one that runs no code object; *code NULL), -1 where a walk ends. */
+static inline __attribute__((always_inline)) int code_of(dc_frame_t* f, const void** code) {
+  *code = NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+  if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* exe = f->f_executable;
+  if (exe != NULL && !plausible(exe)) return -1;
+  if (exe == NULL || Py_TYPE(exe) != &PyCode_Type || _PyFrame_IsIncomplete(f)) return 0;
+  *code = exe;
+#else
+  PyCodeObject* c = f->f_code;
+  if (c != NULL && (!plausible(c) || Py_TYPE(c) != &PyCode_Type)) return -1;
+  if (c == NULL || _PyFrame_IsIncomplete(f)) return 0;
+  *code = c;
+#endif
+  return 1;
+}
 #endif
 
-int dc_walk_python_since(void* tstate_v, dc_chain* ch, dc_raw_frame* out, int max, int* kept) {
+int dc_walk_python_since(void* tstate_v, dc_chain* ch, int max, int* kept) {
 #if PY_VERSION_HEX >= 0x030B0000
   const void* frames[DC_CHAIN_MAX];
   const void* instrs[DC_CHAIN_MAX];
-  int16_t descs[DC_CHAIN_MAX];
+  const void* codes[DC_CHAIN_MAX];
   if (!__atomic_load_n(&g_watching, __ATOMIC_RELAXED)) {
     ch->n = 0;
     return -1;
@@ -459,10 +481,11 @@ int dc_walk_python_since(void* tstate_v, dc_chain* ch, dc_raw_frame* out, int ma
   int r = 0, m = 0, hit = -1, look = ch->n > 0 && ch->deaths == deaths;
   int quiet = 0; /* frames known to be new, not looked up */
   for (dc_frame_t* f = innermost(tstate_v); f != NULL; f = f->previous) {
-    const void* ip = plausible(f) ? DC_INSTR(f) : NULL;
+    if (!plausible(f)) break;
+    const void* ip = DC_INSTR(f);
     if (quiet > 0) {
       --quiet;
-    } else if (look && ip != NULL) {
+    } else if (look) {
       const int at = (int)ch->slot[chain_slot(f)] - 1;
       if (at >= 0 && at < ch->n && ch->link[at].frame == (const void*)f && ch->link[at].instr == ip) {
         const int outside = differs_outside(f, ch, at);
@@ -473,12 +496,11 @@ int dc_walk_python_since(void* tstate_v, dc_chain* ch, dc_raw_frame* out, int ma
         quiet = outside; /* this frame, and those out to the difference, are new */
       }
     }
-    if (r == DC_CHAIN_MAX || m == max) goto unusable;
-    const int d = describe(f, &out[m], 0, NULL);
+    if (r == DC_CHAIN_MAX) goto unusable;
+    const int d = code_of(f, &codes[r]);
     if (d < 0) break;
     frames[r] = f;
     instrs[r] = ip;
-    descs[r] = d ? (int16_t)m : -1;
     m += d;
     ++r;
   }
@@ -489,8 +511,8 @@ int dc_walk_python_since(void* tstate_v, dc_chain* ch, dc_raw_frame* out, int ma
     const int k = base + r - 1 - i;
     ch->link[i].frame = frames[k];
     ch->link[i].instr = instrs[k];
-    ch->desc[i] = descs[k];
-    ch->described[i] = (int16_t)((i > 0 ? ch->described[i - 1] : 0) + (descs[k] >= 0));
+    ch->code[i] = codes[k];
+    ch->described[i] = (int16_t)((i > 0 ? ch->described[i - 1] : 0) + (codes[k] != NULL));
     ch->slot[chain_slot(frames[k])] = (uint16_t)(i + 1);
   }
   ch->n = base + r;
@@ -501,8 +523,12 @@ unusable:
   ch->n = 0;
   return -1;
 #else
-  (void)tstate_v; (void)out; (void)max; (void)kept;
+  (void)tstate_v; (void)max; (void)kept;
   ch->n = 0;
   return -1; /* a frame object per call (3.10): addresses say nothing about the path */
 #endif
+}
+
+int dc_describe_frame(const void* frame, dc_raw_frame* out) {
+  return describe((dc_frame_t*)frame, out, 0, NULL);
 }

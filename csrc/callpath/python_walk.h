@@ -34,7 +34,7 @@ int dc_python_frame_on_chain(void* tstate, const void* frame, int max_links);
 
 // The calling thread's interpreter frames as the last dc_walk_python_since saw them, outermost
 // first, by identity: addresses are compared with the live chain, never followed. The caller keeps
-// its own result per frame beside them (`node`, `py_frame`, `frames`, `fingerprint`).
+// its own result per frame beside them (`node`, `py_frame`).
 #define DC_CHAIN_MAX 320   // frames, shims included; a deeper chain is walked in full each time
 #define DC_CHAIN_SLOTS 128
 typedef struct dc_chain_link {
@@ -46,28 +46,31 @@ typedef struct dc_chain {
   uint32_t deaths;                  // dc_code_epoch() when it was recorded
   // (a frame beside its instruction pointer: the check of an unchanged caller reads one line)
   dc_chain_link link[DC_CHAIN_MAX];
-  int16_t desc[DC_CHAIN_MAX];       // frames the last walk added: index in its `out`, -1 if none
-  int16_t described[DC_CHAIN_MAX];  // frames described at and outside this one
+  // The code object each frame runs, or NULL for one with no node of its own (a shim, a frame
+  // being set up): what dc_walk_python would describe, not yet described.
+  const void* code[DC_CHAIN_MAX];
+  int16_t described[DC_CHAIN_MAX];  // frames with code at and outside this one
   uint16_t slot[DC_CHAIN_SLOTS];    // frame address -> index + 1 (0: none; may be stale)
   // The caller's, for every frame: the context node and the innermost described frame at and
-  // outside it; for described ones, the frame as described and its code's fingerprint.
+  // outside it.
   uint32_t node[DC_CHAIN_MAX];
-  uint32_t parent[DC_CHAIN_MAX];    // node[] of the described frame outside it
   const void* py_frame[DC_CHAIN_MAX];
-  dc_raw_frame frames[DC_CHAIN_MAX];
-  uint64_t fingerprint[DC_CHAIN_MAX];
-  uint32_t fingerprint_epoch[DC_CHAIN_MAX];  // dc_code_epoch() when that fingerprint was taken
 } dc_chain;
 
-// What dc_walk_python gives, for the frames newer than the outermost run of `chain` that is
-// still live and unchanged (the frame whose instruction pointer moved, and those it called):
-// fills `out` with those (innermost first) and returns their count, sets *kept to the chain's
-// index of the innermost frame kept (-1: none), and records the new chain (`desc` of the frames
-// it added). About 6 instructions a kept frame, against ~12 a frame for a full walk. Returns -1
-// (and empties the chain) where it cannot serve: CPython 3.10, a chain deeper than
-// DC_CHAIN_MAX, `max` frames or more in all, or no dc_watch_code_deaths (the caller walks the
-// whole path then).
-int dc_walk_python_since(void* tstate, dc_chain* chain, dc_raw_frame* out, int max, int* kept);
+// Records the calling thread's chain of interpreter frames in `chain`, reading only the frames
+// newer than the outermost run of the last chain that is still live and unchanged (the frame
+// whose instruction pointer moved, and those it called): sets *kept to the chain's index of the
+// innermost frame kept (-1: none) and returns how many of the frames after it have code (would
+// be described: dc_describe_frame). About 8 instructions a kept frame and ~15 a new one; nothing
+// is described. Returns -1 (and empties the chain) where it cannot serve: CPython 3.10, a chain
+// deeper than DC_CHAIN_MAX, `max` frames with code or more in all, or no dc_watch_code_deaths
+// (the caller walks the whole path then).
+int dc_walk_python_since(void* tstate, dc_chain* chain, int max, int* kept);
+
+// dc_walk_python's description of one live frame of the calling thread (a chain's, while it is
+// live): 1 when described into *out, 0 when it has no code (chain->code NULL), -1 when it ends a
+// walk.
+int dc_describe_frame(const void* frame, dc_raw_frame* out);
 
 // A freed code object's address can be taken by a new one, whose frame then has the old frame's
 // address and instruction pointer: dc_walk_python_since trusts a recorded chain only while no

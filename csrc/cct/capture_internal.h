@@ -73,9 +73,10 @@ struct Describer {
 // (its last path and ThreadState::py_children), without the tree lock; false: not all cached.
 bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node);
 // Nodes for the frames of ThreadState::chain from index `from` on (the ones the last
-// dc_walk_python_since added, described in `buf`): from the thread's memo alone when `t` is null,
-// stopping at the first it lacks, whose index it returns (chain.n: all given); else interned.
-int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from);
+// dc_walk_python_since added, live and not yet described): from the thread's memos alone when `t`
+// is null, stopping at the first they lack, whose index it returns (chain.n: all given); else
+// interned.
+int chain_nodes(TreeWriter* t, ThreadState* s, int from);
 // How many frames of `buf` (innermost first, n frames) go below the open op: those newer than
 // its own frame `op_frame` (null: every frame), or, for a scope whose frame has returned, those
 // from the innermost of its anchor frames `a` still there on (ScopeAnchor; null or n == 0: an

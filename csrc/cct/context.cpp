@@ -93,53 +93,47 @@ bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t
   return true;
 }
 
-int chain_nodes(TreeWriter* t, ThreadState* s, const dc_raw_frame* buf, int from) {
+int chain_nodes(TreeWriter* t, ThreadState* s, int from) {
   dc_chain& c = s->chain;
+  const uint32_t epoch = c.deaths;  // (the walk's: no Python has run since)
   for (int i = from; i < c.n; ++i) {
     const uint32_t parent = i > 0 ? c.node[i - 1] : 0;
-    if (c.desc[i] < 0) {  // a shim or a frame being set up: the context of the frame outside
+    if (c.code[i] == nullptr) {  // a shim or a frame being set up: the context of the frame outside
       c.node[i] = parent;
       c.py_frame[i] = i > 0 ? c.py_frame[i - 1] : nullptr;
-      c.frames[i].code = nullptr;  // node[i] is no described frame's now
       continue;
     }
-    const dc_raw_frame& f = buf[c.desc[i]];
-    const dc_raw_frame& o = c.frames[i];
-    // The frame recorded here before, at the same place under the same parent (a function
-    // called again from the line that called it last time): its node, with no lookup.
-    if (o.code != nullptr && o.offset == f.offset && same_code(o, f) && c.parent[i] == parent &&
-        c.fingerprint_epoch[i] == c.deaths) {
-      c.py_frame[i] = f.frame;
-      c.frames[i].frame = f.frame;
-      c.frames[i].entry = f.entry;
-      continue;  // (node[i] and fingerprint[i] hold)
-    }
-    const uint64_t fp =
-        memoized_fingerprint(f, o, c.fingerprint[i], c.fingerprint_epoch[i], c.deaths, s->op_code_memo);
-    const uint64_t key = python_key(f, fp);
-    // What came after the node recorded here before, under the same parent (the next line of a
-    // function whose lines run in the same order every step): no hashed lookup.
-    NodeMemo* before = s->node_memo.at(c.node[i]);
-    const uint64_t after = after_key(key, parent);
-    uint32_t child = before != nullptr && before->next_key == after ? before->next_node : 0;
-    if (child == 0) {
-      if (t == nullptr) {
-        child = s->py_children.find(parent, key);
-        if (child == ChildCache::kNone) return i;
-      } else {
-        child = live_child(*t, s, parent, f, fp);
+    const void* const instr = c.link[i].instr;
+    ThreadState::PlacedFrame& placed = s->placed_slot(instr, parent);
+    uint32_t child = 0;
+    if (placed.instr == instr && placed.parent == parent && placed.epoch == epoch) {
+      child = placed.node;
+    } else {
+      dc_raw_frame f;
+      dc_describe_frame(c.link[i].frame, &f);  // (it has code: 1)
+      const uint64_t fp = code_fingerprint(s->op_code_memo, f.code, epoch);
+      const uint64_t key = python_key(f, fp);
+      // What came after the node recorded here before, under the same parent (the next line of
+      // a function whose lines run in the same order every step): no hashed lookup.
+      NodeMemo* before = s->node_memo.at(c.node[i]);
+      const uint64_t after = after_key(key, parent);
+      child = before != nullptr && before->next_key == after ? before->next_node : 0;
+      if (child == 0) {
+        if (t == nullptr) {
+          child = s->py_children.find(parent, key);
+          if (child == ChildCache::kNone) return i;
+        } else {
+          child = live_child(*t, s, parent, f, fp);
+        }
+        if (before != nullptr) {
+          before->next_key = after;
+          before->next_node = child;
+        }
       }
-      if (before != nullptr) {
-        before->next_key = after;
-        before->next_node = child;
-      }
+      placed = ThreadState::PlacedFrame{instr, parent, epoch, child};
     }
     c.node[i] = child;
-    c.parent[i] = parent;
-    c.py_frame[i] = f.frame;
-    c.frames[i] = f;
-    c.fingerprint[i] = fp;
-    c.fingerprint_epoch[i] = c.deaths;
+    c.py_frame[i] = c.link[i].frame;
   }
   return c.n;
 }

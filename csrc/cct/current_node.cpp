@@ -18,10 +18,10 @@ namespace {
   dc_raw_frame buf[kMaxPyDepth];
   if (g_opts.python && !g_opts.native && d == 0) {  // (a launch from Python: Triton, CUDA graphs)
     int kept;
-    if (dc_walk_python_since(dc_this_thread_state(), &s->chain, buf, kMaxPyDepth, &kept) >= 0) {
+    if (dc_walk_python_since(dc_this_thread_state(), &s->chain, kMaxPyDepth, &kept) >= 0) {
       Lookup lk(s);
       const void* py_frame;
-      return chain_context(lk, s, buf, kept, &py_frame);
+      return chain_context(lk, s, kept, &py_frame);
     }
   }
   int n = g_opts.python ? dc_walk_python(dc_this_thread_state(), buf, in_op ? 1 : kMaxPyDepth) : 0;

@@ -167,13 +167,12 @@ inline bool nested_native_applies(const OpEntry* top, const void* py_frame) {
   return top == nullptr || (top->native_cut >= 0 && py_frame == top->py_frame);
 }
 
-// The context of the chain that dc_walk_python_since just recorded (`buf`: the frames it added
-// after index `kept`), with the innermost described frame in *py_frame.
-inline uint32_t chain_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int kept,
-                              const void** py_frame) {
+// The context of the chain that dc_walk_python_since just recorded (the frames it added after
+// index `kept` have no nodes yet), with the innermost described frame in *py_frame.
+inline uint32_t chain_context(Lookup& lk, ThreadState* s, int kept, const void** py_frame) {
   const dc_chain& c = s->chain;
-  const int from = chain_nodes(nullptr, s, buf, kept + 1);
-  if (from < c.n) chain_nodes(&lk.writer(), s, buf, from);
+  const int from = chain_nodes(nullptr, s, kept + 1);
+  if (from < c.n) chain_nodes(&lk.writer(), s, from);
   *py_frame = c.n > 0 ? c.py_frame[c.n - 1] : nullptr;
   return c.n > 0 ? c.node[c.n - 1] : 0;
 }

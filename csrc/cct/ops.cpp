@@ -151,14 +151,17 @@ template <bool kNative>
   dc_raw_frame buf[kMaxPyDepth];
   void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
   // Outside any op, only the frames newer than the unchanged outer part of the last such op's
-  // are described (a GPT-2 step's outer frames are the same for every op it runs).
+  // are read (a GPT-2 step's outer frames are the same for every op it runs), into the thread's
+  // chain, not `buf`: chain_context gives their nodes.
   constexpr int kNoChain = -2;
   int kept = kNoChain;
   int above = -1;  // (frames_above_op's count, once walk_to_op_frame has given it)
   int n = py_state && top == nullptr && !kNative
-              ? dc_walk_python_since(py_state, &s->chain, buf, kMaxPyDepth, &kept)
+              ? dc_walk_python_since(py_state, &s->chain, kMaxPyDepth, &kept)
               : -1;
-  if (n < 0) {
+  if (n >= 0) {
+    n = 0;  // (frames in `buf`: none)
+  } else {
     kept = kNoChain;
     n = py_state ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
     if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
@@ -188,7 +191,7 @@ template <bool kNative>
     // Every lookup goes through the thread's caches; the common event never takes the lock.
     Lookup lk(s);
     // (before anything else: the chain's new frames need their nodes whichever context wins)
-    const uint32_t chained = kept != kNoChain ? chain_context(lk, s, buf, kept, &py_frame) : 0;
+    const uint32_t chained = kept != kNoChain ? chain_context(lk, s, kept, &py_frame) : 0;
     if (top && DC_UNLIKELY(top->pending)) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
     uint32_t parent = UINT32_MAX;
     if (backward_node && !(top && top->seq_nr == seq_nr)) {

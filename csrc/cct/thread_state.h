@@ -316,6 +316,24 @@ struct ThreadState {
   // In front of both (and of the tally's slots): by node id, near in memory for events near in
   // time (node_memo.h).
   NodeMemoTable node_memo;
+  // In front of all of them for the chain's new frames (context.cpp: chain_nodes): (parent node,
+  // instruction pointer) -> node, trusted while no code object has died since (dc_code_epoch):
+  // a live frame's instruction pointer lies in its code object's own bytecode, so it names that
+  // code object and the place in it, and what was learned of the address then still holds. A hit
+  // neither describes the frame nor hashes its code's identity (~300 instructions a new frame on
+  // GPT-2 generate, two new frames an event: cpu-2026-12-06-python-context-7f83c35.md).
+  // Direct-mapped; zero-filled entries match no live frame.
+  struct PlacedFrame {
+    const void* instr = nullptr;
+    uint32_t parent = 0, epoch = 0, node = 0;
+  };
+  static constexpr uint32_t kPlacedBits = 12;
+  PlacedFrame placed[1u << kPlacedBits];
+  PlacedFrame& placed_slot(const void* instr, uint32_t parent) {
+    const uint64_t h = (reinterpret_cast<uintptr_t>(instr) ^ (static_cast<uint64_t>(parent) << 32)) *
+                       0x9E3779B97F4A7C15ull;
+    return placed[h >> (64 - kPlacedBits)];
+  }
   // Memo of native placements: hash of everything a placement depends on (both stacks, the
   // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
   // 1 us, a hit the hash; nodes are never removed, so a hit stays valid. Sets of 4 (lookup.h:
