@@ -72,11 +72,11 @@ struct Describer {
 // The node of the Python path `buf` (innermost first, no open op) from the thread's caches alone
 // (its last path and ThreadState::py_children), without the tree lock; false: not all cached.
 bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t* node);
-// Nodes for the frames of ThreadState::chain from index `from` on (the ones the last
-// dc_walk_python_since added, live and not yet described): from the thread's memos alone when `t`
-// is null, stopping at the first they lack, whose index it returns (chain.n: all given); else
-// interned.
-int chain_nodes(TreeWriter* t, ThreadState* s, int from);
+// Nodes for the frames of chain `c` (the thread's own) from index `from` on (the ones the last
+// dc_walk_python_since added, live and not yet described), the frame at index `first` placed
+// under node `base`: from the thread's memos alone when `t` is null, stopping at the first they
+// lack, whose index it returns (c.n: all given); else interned.
+int chain_nodes(TreeWriter* t, ThreadState* s, dc_chain& c, int from, int first, uint32_t base);
 // How many frames of `buf` (innermost first, n frames) go below the open op: those newer than
 // its own frame `op_frame` (null: every frame), or, for a scope whose frame has returned, those
 // from the innermost of its anchor frames `a` still there on (ScopeAnchor; null or n == 0: an

@@ -93,14 +93,13 @@ bool cached_python_node(ThreadState* s, const dc_raw_frame* buf, int n, uint32_t
   return true;
 }
 
-int chain_nodes(TreeWriter* t, ThreadState* s, int from) {
-  dc_chain& c = s->chain;
+int chain_nodes(TreeWriter* t, ThreadState* s, dc_chain& c, int from, int first, uint32_t base) {
   const uint32_t epoch = c.deaths;  // (the walk's: no Python has run since)
   for (int i = from; i < c.n; ++i) {
-    const uint32_t parent = i > 0 ? c.node[i - 1] : 0;
+    const uint32_t parent = i > first ? c.node[i - 1] : base;
     if (c.code[i] == nullptr) {  // a shim or a frame being set up: the context of the frame outside
       c.node[i] = parent;
-      c.py_frame[i] = i > 0 ? c.py_frame[i - 1] : nullptr;
+      c.py_frame[i] = i > first ? c.py_frame[i - 1] : nullptr;
       continue;
     }
     const void* const instr = c.link[i].instr;

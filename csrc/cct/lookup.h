@@ -167,12 +167,19 @@ inline bool nested_native_applies(const OpEntry* top, const void* py_frame) {
   return top == nullptr || (top->native_cut >= 0 && py_frame == top->py_frame);
 }
 
+// The context of an event under the open scope `top` (ScopeAnchor frames) whose innermost
+// Python frame is not the scope's own: frames_above_op's frames under the scope's node, from the
+// thread's scope chain (scope_chain.cpp). False where the chain cannot serve; the caller then
+// walks and describes (walk_to_op_frame, context_under_op).
+bool scope_chain_context(Lookup& lk, ThreadState* s, void* py_state, const OpEntry& top,
+                         uint32_t* node, uint32_t* py_node);
+
 // The context of the chain that dc_walk_python_since just recorded (the frames it added after
 // index `kept` have no nodes yet), with the innermost described frame in *py_frame.
 inline uint32_t chain_context(Lookup& lk, ThreadState* s, int kept, const void** py_frame) {
-  const dc_chain& c = s->chain;
-  const int from = chain_nodes(nullptr, s, kept + 1);
-  if (from < c.n) chain_nodes(&lk.writer(), s, from);
+  dc_chain& c = s->chain;
+  const int from = chain_nodes(nullptr, s, c, kept + 1, 0, 0);
+  if (from < c.n) chain_nodes(&lk.writer(), s, c, from, 0, 0);
   *py_frame = c.n > 0 ? c.py_frame[c.n - 1] : nullptr;
   return c.n > 0 ? c.node[c.n - 1] : 0;
 }

@@ -159,13 +159,20 @@ template <bool kNative>
   int n = py_state && top == nullptr && !kNative
               ? dc_walk_python_since(py_state, &s->chain, kMaxPyDepth, &kept)
               : -1;
+  // Python newer than an open scope's frame (the optimizer's loop in its step's scope): placed
+  // from the thread's scope chain in the lookup below, which walks it.
+  bool in_scope = false;
   if (n >= 0) {
     n = 0;  // (frames in `buf`: none)
   } else {
     kept = kNoChain;
     n = py_state ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
-    if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame)
-      n = walk_to_op_frame(py_state, buf, n, top->py_frame, &top->anchor, &above);
+    if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame) {
+      if (!kNative && top->anchor.n > 0)
+        in_scope = true;
+      else
+        n = walk_to_op_frame(py_state, buf, n, top->py_frame, &top->anchor, &above);
+    }
   }
   // A nested event gets native frames only inside an op placed by its own call frame, with no
   // Python frame newer than the op's (native_place): else its stack would be walked for nothing
@@ -215,6 +222,11 @@ template <bool kNative>
       }
     }
     if (parent == UINT32_MAX && kept != kNoChain) parent = py_node = chained;
+    if (parent == UINT32_MAX && in_scope &&
+        !scope_chain_context(lk, s, py_state, *top, &parent, &py_node)) {
+      parent = UINT32_MAX;
+      n = walk_to_op_frame(py_state, buf, n, top->py_frame, &top->anchor, &above);
+    }
     if (parent == UINT32_MAX) parent = python_context(lk, s, buf, n, above, top, &py_node);
     frame = lk.op_frame(name);
     // An engine wrapper without a sequence number learns its forward line from the backward

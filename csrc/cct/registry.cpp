@@ -125,6 +125,8 @@ ThreadState* make_locked(pid_t tid, Role role, clockid_t clock) {
   s->overflow = 0;
   s->cache_n = 0;
   s->chain.n = 0;
+  s->scope_chain.n = 0;
+  s->scope_place.valid = false;
   s->under_op_path.n = 0;
   s->native_ready.store(false);
   s->stack_hi = 0;  // (another thread's stack; the remembered stacks are offsets, kept)

@@ -238,6 +238,19 @@ struct ThreadState {
   // The chain of interpreter frames at the last operator entered outside any other, which the
   // next one's walk checks by address instead of describing again (context.cpp: chain_nodes).
   dc_chain chain{};
+  // The same for events inside an open scope whose Python runs newer than the scope's frame (the
+  // optimizer's per-parameter loop inside its step's scope: a quarter of a GPT-2 training step's
+  // events), with the frames newer than the scope's anchor placed under the scope's node
+  // (context.cpp: scope_chain_context), and where the last such event found the anchor.
+  dc_chain scope_chain{};
+  struct ScopePlace {
+    bool valid = false;
+    uint64_t handle = 0;  // the scope (its handle, node and session) the chain's nodes are under
+    uint32_t node = 0, epoch = 0;
+    int at = -1;          // chain index of the frame frames_above_op matched (-1: none)
+    int kind = -1;        // 0: the scope's own frame; j + 1: anchor frame j
+    int first = 0;        // chain index of the outermost frame placed under the scope
+  } scope_place;
   uint64_t cache_fp[kMaxPyDepth];  // dc_code_fingerprint of cache_frame[i]'s code
   uint32_t cache_fp_epoch[kMaxPyDepth];  // dc_code_epoch() when cache_fp[i] was taken
   uint32_t cache_epoch = 0;              // dc_code_epoch() when the cached path was checked
