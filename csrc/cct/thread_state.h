@@ -241,7 +241,7 @@ struct ThreadState {
   // The same for events inside an open scope whose Python runs newer than the scope's frame (the
   // optimizer's per-parameter loop inside its step's scope: a quarter of a GPT-2 training step's
   // events), with the frames newer than the scope's anchor placed under the scope's node
-  // (context.cpp: scope_chain_context), and where the last such event found the anchor.
+  // (scope_chain.cpp: scope_chain_context), and where the last such event found the anchor.
   dc_chain scope_chain{};
   struct ScopePlace {
     bool valid = false;
