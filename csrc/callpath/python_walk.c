@@ -264,14 +264,13 @@ static inline __attribute__((always_inline)) int code_readable(const void* code,
   return readable(code, sizeof(PyCodeObject));
 }
 
-/* One frame of the chain: 1 when it is described into *out, 0 when it is passed over (a shim, a
- * frame being set up, one that runs no code object), -1 when it ends the walk (a pointer that
- * cannot be live). checked: the frame and its code object are probed before they are read (1),
- * or as frame_readable and code_readable say (2). */
-static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_frame* out,
-                                                          int checked, sampled_walk* w) {
-  if (!plausible(f) || !frame_readable(f, sizeof(*f), checked, w)) return -1;
-#if PY_VERSION_HEX >= 0x030B0000
+/* The code object frame `f` runs, into *code: 1; 0 (and NULL) where it runs none of its own (a
+ * shim, a frame being set up, one that runs no code object); -1 where a walk ends (a pointer that
+ * cannot be live). checked: the code object is probed as describe's frame is. describe()'s tests,
+ * and all the chain walk reads of a new frame. */
+static inline __attribute__((always_inline)) int frame_code(dc_frame_t* f, PyCodeObject** code,
+                                                            int checked, sampled_walk* w) {
+  *code = NULL;
 #if PY_VERSION_HEX >= 0x030C0000
   if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
 #endif
@@ -279,15 +278,34 @@ static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_
   PyObject* exe = f->f_executable;
   if (exe != NULL && (!plausible(exe) || !code_readable(exe, checked, w))) return -1;
   if (exe == NULL || Py_TYPE(exe) != &PyCode_Type) return 0;
-  PyCodeObject* code = (PyCodeObject*)exe;
+  PyCodeObject* c = (PyCodeObject*)exe;
+#else
+  PyCodeObject* c = f->f_code;
+  if (c != NULL && (!plausible(c) || !code_readable(c, checked, w) || Py_TYPE(c) != &PyCode_Type))
+    return -1;
+  if (c == NULL) return 0;
+#endif
+#if PY_VERSION_HEX >= 0x030B0000
   if (_PyFrame_IsIncomplete(f)) return 0;
+#endif
+  *code = c;
+  return 1;
+}
+
+/* One frame of the chain: 1 when it is described into *out, 0 when it is passed over (a shim, a
+ * frame being set up, one that runs no code object), -1 when it ends the walk (a pointer that
+ * cannot be live). checked: the frame and its code object are probed before they are read (1),
+ * or as frame_readable and code_readable say (2). */
+static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_frame* out,
+                                                          int checked, sampled_walk* w) {
+  if (!plausible(f) || !frame_readable(f, sizeof(*f), checked, w)) return -1;
+  PyCodeObject* code;
+  const int r = frame_code(f, &code, checked, w);
+  if (r <= 0) return r;
+#if PY_VERSION_HEX >= 0x030B0000
+#if PY_VERSION_HEX >= 0x030D0000
   int32_t off = (int32_t)((f->instr_ptr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #else
-  PyCodeObject* code = f->f_code;
-  if (code != NULL && (!plausible(code) || !code_readable(code, checked, w) ||
-                       Py_TYPE(code) != &PyCode_Type))
-    return -1;
-  if (code == NULL || _PyFrame_IsIncomplete(f)) return 0;
   int32_t off = (int32_t)((f->prev_instr - _PyCode_CODE(code)) * sizeof(_Py_CODEUNIT));
 #endif
   if (off < 0) off = 0;
@@ -298,11 +316,6 @@ static inline __attribute__((always_inline)) int describe(dc_frame_t* f, dc_raw_
   out->entry = f->is_entry ? 1 : 0;
 #endif
 #else
-  PyCodeObject* code = f->f_code;
-  if (code != NULL && (!plausible(code) || !code_readable(code, checked, w) ||
-                       Py_TYPE(code) != &PyCode_Type))
-    return -1;
-  if (code == NULL) return 0;
   int32_t off = f->f_lasti < 0 ? 0 : f->f_lasti * (int32_t)sizeof(_Py_CODEUNIT);
   out->entry = 1; /* <= 3.10: one eval-loop call per frame */
 #endif
@@ -444,28 +457,6 @@ static int differs_outside(const dc_frame_t* f, const dc_chain* ch, int at) {
   }
   return g->previous == NULL ? 0 : DC_CHAIN_MAX; /* more frames outside than recorded: all new */
 }
-
-/* The code object of a frame of the calling thread (not a signal handler's: nothing is probed),
- * into *code, by describe()'s tests without the description: 1 with code, 0 with none (a shim, a
- * frame being set up, one that runs no code object; *code NULL), -1 where a walk ends. */
-static inline __attribute__((always_inline)) int code_of(dc_frame_t* f, const void** code) {
-  *code = NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-  if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
-#endif
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* exe = f->f_executable;
-  if (exe != NULL && !plausible(exe)) return -1;
-  if (exe == NULL || Py_TYPE(exe) != &PyCode_Type || _PyFrame_IsIncomplete(f)) return 0;
-  *code = exe;
-#else
-  PyCodeObject* c = f->f_code;
-  if (c != NULL && (!plausible(c) || Py_TYPE(c) != &PyCode_Type)) return -1;
-  if (c == NULL || _PyFrame_IsIncomplete(f)) return 0;
-  *code = c;
-#endif
-  return 1;
-}
 #endif
 
 int dc_walk_python_since(void* tstate_v, dc_chain* ch, int max, int* kept) {
@@ -497,8 +488,10 @@ int dc_walk_python_since(void* tstate_v, dc_chain* ch, int max, int* kept) {
       }
     }
     if (r == DC_CHAIN_MAX) goto unusable;
-    const int d = code_of(f, &codes[r]);
+    PyCodeObject* code;
+    const int d = frame_code(f, &code, 0, NULL);
     if (d < 0) break;
+    codes[r] = code;
     frames[r] = f;
     instrs[r] = ip;
     m += d;

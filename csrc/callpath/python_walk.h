@@ -61,8 +61,8 @@ typedef struct dc_chain {
 // newer than the outermost run of the last chain that is still live and unchanged (the frame
 // whose instruction pointer moved, and those it called): sets *kept to the chain's index of the
 // innermost frame kept (-1: none) and returns how many of the frames after it have code (would
-// be described: dc_describe_frame). About 8 instructions a kept frame and ~15 a new one; nothing
-// is described. Returns -1 (and empties the chain) where it cannot serve: CPython 3.10, a chain
+// be described: dc_describe_frame). About 8 instructions a kept frame and ~50 a new one (its
+// slot looked up, its code object read and recorded); nothing is described. Returns -1 (and empties the chain) where it cannot serve: CPython 3.10, a chain
 // deeper than DC_CHAIN_MAX, `max` frames with code or more in all, or no dc_watch_code_deaths
 // (the caller walks the whole path then).
 int dc_walk_python_since(void* tstate, dc_chain* chain, int max, int* kept);
