@@ -103,7 +103,8 @@ class Lookup {
 
   // The pointer cache's slot for a name at this address.
   ThreadState::OpNameSlot& name_slot(const char* name) {
-    return s_->op_names[(reinterpret_cast<uintptr_t>(name) >> 3) & 255];
+    const uint64_t h = reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15ull;
+    return s_->op_names[h >> (64 - ThreadState::kOpNameBits)];
   }
 
   // (out of line: the lock is rare, and every caller of writer() would otherwise carry it)
