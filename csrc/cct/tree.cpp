@@ -259,9 +259,4 @@ void Tree::rollback_metrics() {
   generation_.fetch_add(1);
 }
 
-Tree& tree() {
-  static Tree* t = new Tree();  // never destroyed: callbacks may run during interpreter exit
-  return *t;
-}
-
 }  // namespace dc

@@ -109,18 +109,21 @@ def test_two_installs_share_the_built_hook_without_rebuilding_it(tmp_path, unbui
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="TLS descriptors are aarch64's default")
 def test_the_hook_reads_its_tls_variables_through_descriptors(tmp_path, unbuilt_cache):
     # Its query runs for every dispatcher call: __tls_get_addr there was ~12 calls an event.
-    from deepcontext.capture.torch_ops import _fast_tls_flags
-    if not _fast_tls_flags():
+    from deepcontext.capture.torch_ops import _fast_call_flags
+    if "-mtls-dialect=gnu2" not in _fast_call_flags():
         pytest.skip("the C++ compiler does not take -mtls-dialect=gnu2")
     proc, _ = _record_probe(tmp_path, unbuilt_cache)  # (built again, with the flags found now)
     assert proc.returncode == 0, proc.stderr
     build = unbuilt_cache / "torch_hook" / _hook_name(torch)
-    assert (build / "deepcontext.cflags").read_text().split() == ["-O2", "-mtls-dialect=gnu2"]
+    assert (build / "deepcontext.cflags").read_text().split() == ["-O2", *_fast_call_flags()]
     (so,) = build.glob("*.so")
     relocations = subprocess.run(["readelf", "-rW", str(so)], capture_output=True, text=True,
                                  check=True).stdout
     assert "R_X86_64_TLSDESC" in relocations
     assert "__tls_get_addr" not in relocations
+    if "-fno-plt" in _fast_call_flags():  # (its operator path's calls into libtorch: no PLT stubs)
+        slots = [line for line in relocations.splitlines() if "JUMP_SLOT" in line]
+        assert not [line for line in slots if "RecordFunction4name" in line], slots
 
 
 def _load(cache, tmp_path):
@@ -149,12 +152,12 @@ def test_loading_a_built_hook_leaves_its_build_untouched(tmp_path, unbuilt_cache
 
 def test_a_hook_built_without_its_flags_is_built_again_with_them(tmp_path, unbuilt_cache):
     # What that race left behind: a built hook whose flags file is empty (built unoptimized).
-    from deepcontext.capture.torch_ops import _fast_tls_flags
+    from deepcontext.capture.torch_ops import _fast_call_flags
     _load(unbuilt_cache, tmp_path)
     build = unbuilt_cache / "torch_hook" / _hook_name(torch)
     (build / "deepcontext.cflags").write_text("")
     assert "compiling the PyTorch operator hook" in _load(unbuilt_cache, tmp_path)
-    flags = ["-O2", *_fast_tls_flags()]
+    flags = ["-O2", *_fast_call_flags()]
     assert (build / "deepcontext.cflags").read_text().split() == flags
     (command,) = [line for line in (build / "build.ninja").read_text().splitlines()
                   if line.startswith("cflags = ")]

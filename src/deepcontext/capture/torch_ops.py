@@ -97,7 +97,7 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
         if cflags is None:
             say(f"deepcontext: compiling {what} for torch {torch.__version__} "
                 f"(once per torch version, about 20 s)")
-            cflags = ["-O2", *_fast_tls_flags()]
+            cflags = ["-O2", *_fast_call_flags()]
             # (before the .so exists; written whole, so no reader sees it part-written)
             tmp = build / (FLAGS_FILE + ".tmp")
             tmp.write_text(" ".join(cflags))
@@ -141,21 +141,30 @@ def _built_with(build: Path, name: str) -> list[str] | None:
     return flags if "-O2" in flags else None
 
 
-def _fast_tls_flags() -> list[str]:
-    """``-mtls-dialect=gnu2`` where the compiler takes it (x86-64; aarch64 uses descriptors
-    already): the hook's thread-locals are then read through TLS descriptors, which for a library
-    placed in the static TLS block, as a small one nearly always is, cost a few instructions
-    where the default dialect calls ``__tls_get_addr`` (~12 calls an operator event, ~11
-    instructions each: benchmarks/results/cpu-2026-12-05-icache-3469891.md)."""
+def _fast_call_flags() -> list[str]:
+    """The flags among these that the compiler takes (x86-64 only: aarch64 uses TLS descriptors
+    already, and its PLT differs):
+
+    - ``-mtls-dialect=gnu2``: the hook's thread-locals are read through TLS descriptors, which
+      for a library placed in the static TLS block, as a small one nearly always is, cost a few
+      instructions where the default dialect calls ``__tls_get_addr`` (~12 calls an operator
+      event, ~11 instructions each: benchmarks/results/cpu-2026-12-05-icache-3469891.md);
+    - ``-fno-plt``: calls into libtorch go through the GOT, not PLT stubs, each one more line of
+      code to fetch (``RecordFunction::name``'s stub alone: ~2.7 L1i misses an event, GPT-2
+      generate on the CPU, benchmarks/results/cpu-2026-12-06-calls-22f851e.md)."""
     if os.uname().machine != "x86_64":
         return []
+    return [flag for flag in ("-mtls-dialect=gnu2", "-fno-plt") if _compiler_takes(flag)]
+
+
+def _compiler_takes(flag: str) -> bool:
     try:
         probe = subprocess.run(
-            [os.environ.get("CXX", "c++"), "-mtls-dialect=gnu2", "-x", "c++", "-c", "-o",
-             os.devnull, "-"], input="", capture_output=True, text=True, timeout=60)
+            [os.environ.get("CXX", "c++"), flag, "-x", "c++", "-c", "-o", os.devnull, "-"],
+            input="", capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
-        return []
-    return ["-mtls-dialect=gnu2"] if probe.returncode == 0 else []
+        return False
+    return probe.returncode == 0
 
 
 def _staged_sources(build: Path, source: Path, includes: list[Path]) -> Path:
