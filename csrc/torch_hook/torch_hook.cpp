@@ -44,7 +44,8 @@ at::CallbackHandle g_handle = 0, g_scope_handle = 0;
 // opens a "PythonDispatchMode" or "PythonSubclass" scope for it) calls operators the way a
 // program does, so those scopes show what they call while they run.
 // (Thread-locals are read through TLS descriptors where the build passes -mtls-dialect=gnu2,
-// torch_ops.py: the query below runs for every dispatcher call, hidden ones included.)
+// torch_ops.py: the query below runs for every dispatcher call, hidden ones included; and calls
+// into libtorch through the GOT with -fno-plt, so no PLT stub is one more line to fetch.)
 bool g_nested = true;            // record every operator (the `nested` context layer)
 thread_local uint64_t t_hiding;  // RecordFunction handle of the operator hiding its calls (0: none)
 thread_local uint64_t t_showing, t_shown_hider;  // the scope showing calls, the hider it paused
