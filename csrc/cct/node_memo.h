@@ -47,9 +47,18 @@ class NodeMemoTable {
     return &p[node & ((1u << kPageBits) - 1)];
   }
 
+  // The entry of `node` when its page exists, else null: no allocation, so that a probe on the
+  // operator path is a few instructions inlined where it is asked.
+  const NodeMemo* peek(uint32_t node) const {
+    const uint32_t page = node >> kPageBits;
+    if (page >= pages_.size()) return nullptr;
+    const NodeMemo* p = pages_[page];
+    return p != nullptr ? &p[node & ((1u << kPageBits) - 1)] : nullptr;
+  }
+
   // The node below `parent` for operator frame `frame` when memoized, else 0.
-  uint32_t op_child(uint32_t parent, uint32_t frame) {
-    const NodeMemo* m = at(parent);
+  uint32_t op_child(uint32_t parent, uint32_t frame) const {
+    const NodeMemo* m = peek(parent);
     if (m == nullptr) return 0;
     if (m->op_frame[0] == frame && m->op_node[0] != 0) return m->op_node[0];
     if (m->op_frame[1] == frame && m->op_node[1] != 0) return m->op_node[1];
