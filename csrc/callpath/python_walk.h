@@ -62,9 +62,10 @@ typedef struct dc_chain {
 // whose instruction pointer moved, and those it called): sets *kept to the chain's index of the
 // innermost frame kept (-1: none) and returns how many of the frames after it have code (would
 // be described: dc_describe_frame). About 8 instructions a kept frame and ~50 a new one (its
-// slot looked up, its code object read and recorded); nothing is described. Returns -1 (and empties the chain) where it cannot serve: CPython 3.10, a chain
-// deeper than DC_CHAIN_MAX, `max` frames with code or more in all, or no dc_watch_code_deaths
-// (the caller walks the whole path then).
+// slot looked up, its code object read and recorded); nothing is described. Returns -1 (and
+// empties the chain) where it cannot serve: CPython 3.10, a chain deeper than DC_CHAIN_MAX,
+// `max` frames with code or more in all, or no dc_watch_code_deaths (the caller walks the whole
+// path then).
 int dc_walk_python_since(void* tstate, dc_chain* chain, int max, int* kept);
 
 // dc_walk_python's description of one live frame of the calling thread (a chain's, while it is

@@ -45,15 +45,15 @@ uint32_t thread_node(const char* name);
 void fold_op_tallies(ThreadState* s);
 // The calling thread's tally slot for `node`, taken at its first use; null when the tally has no
 // room (op_tally.cpp).
-OpTallySlot* tally_slot(ThreadState* s, uint32_t node);
-// The same, inline where the node already has its slot (nearly every event); tally_slot else.
-inline OpTallySlot* known_tally_slot(ThreadState* s, uint32_t node) {
+OpTallySlot* take_tally_slot(ThreadState* s, uint32_t node);
+// The same, inline where the node has its slot already (nearly every operator event).
+inline OpTallySlot* tally_slot(ThreadState* s, uint32_t node) {
   OpTally* t = s->tally;
   const NodeMemo* m = t != nullptr ? s->node_memo.peek(node) : nullptr;
   if (DC_LIKELY(m != nullptr && m->tally != 0 &&
                 s->phase.load(std::memory_order_relaxed) != Phase::Free))
     return &t->slots[m->tally - 1];
-  return tally_slot(s, node);
+  return take_tally_slot(s, node);
 }
 // An exit of `node` counted in the calling thread's tally (in `slot` when it is that node's, as
 // tally_slot gave it at the entry); false when it has no room.

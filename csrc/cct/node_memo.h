@@ -36,6 +36,7 @@ class NodeMemoTable {
 
   // The entry of `node`, allocated on first use; null past the table or when memory is short.
   NodeMemo* at(uint32_t node) {
+    if (const NodeMemo* m = peek(node)) return const_cast<NodeMemo*>(m);  // (this table's own)
     const uint32_t page = node >> kPageBits;
     if (page >= pages_.size()) {
       if (page >= kMaxPages) return nullptr;

@@ -8,7 +8,7 @@
 
 namespace dc::detail {
 
-OpTallySlot* tally_slot(ThreadState* s, uint32_t node) {
+OpTallySlot* take_tally_slot(ThreadState* s, uint32_t node) {
   // (a thread the registry could not map has a state no drain sees)
   if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return nullptr;
   OpTally* t = s->tally;

@@ -260,7 +260,7 @@ template <bool kNative>
   e.rf_tid = rf_tid;
   e.scope = false;
   // Its exit counts it in this slot; fetched now, the line is there by then.
-  e.tally = pending ? nullptr : known_tally_slot(s, node);
+  e.tally = pending ? nullptr : tally_slot(s, node);
   if (e.tally != nullptr) __builtin_prefetch(e.tally, 1);
   e.t0_ticks = now_ticks();
   s->depth.store(d + 1, std::memory_order_release);

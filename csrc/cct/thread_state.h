@@ -304,7 +304,7 @@ struct ThreadState {
     uint32_t text = 0;
   };
   // 1,024 slots, by a multiplicative hash of the address: with 256 slots by the address's low
-  // bits, 13% of GPT-2 generate's events (distinct names at colliding addresses, taking turns)
+  // bits, 11% of GPT-2 generate's events (distinct names at colliding addresses, taking turns)
   // went the way of the text (op_frame_by_text: ~120 instructions and ~14 L1i misses each).
   static constexpr int kOpNameBits = 10;
   OpNameSlot op_names[1u << kOpNameBits];
