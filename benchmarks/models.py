@@ -11,8 +11,11 @@ process.
     python benchmarks/models.py --device cpu --small --models gpt2_train,bert_train --rounds 8
 
 Pristine blocks (before the first deepcontext session installs its idle operator hook) run first;
-``off x pristine`` says what the idle hook costs. Sessions flush every 0.5 s, so periodic flushes
-fall inside the timed blocks.
+``off x pristine`` says what the idle hook costs. Sessions flush every 0.5 s: a block shorter
+than that (ten CPU-sized training steps take ~0.1 s) holds no periodic flush, and the report
+says how many each block held. ``+flushSECONDS`` sets a mode's interval (``+flush0.05`` puts
+about two in a 0.1 s block), which measures what a flush costs the step beside the same mode
+without it (cpu-2026-12-06-flush-*.md).
 """
 
 from __future__ import annotations
@@ -107,19 +110,34 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
             extra["perf"] = True
         elif option.startswith("every") and option[5:].isdigit() and int(option[5:]) >= 1:
             extra["schedule"] = deepcontext.schedule(wait=int(option[5:]) - 1, active=1)
+        elif option.startswith("flush") and _seconds(option[5:]):
+            extra["flush_interval"] = _seconds(option[5:])
         else:
-            raise SystemExit(f"models.py: unknown mode option '+{option}' (+perf or +everyN)")
-    with deepcontext.profile(output=out, context=context, force=True, flush_interval=0.5,
-                             **extra) as prof:
+            raise SystemExit(f"models.py: unknown mode option '+{option}' "
+                             "(+perf, +everyN or +flushSECONDS)")
+    extra.setdefault("flush_interval", 0.5)
+    with deepcontext.profile(output=out, context=context, force=True, **extra) as prof:
         block(step, 1, dev, prof.step)  # new contexts of a fresh session, outside the window
+        flushes = prof.flushes
         wall, cpu, main_cpu = block(step, n, dev, prof.step)
+        flushes = prof.flushes - flushes  # periodic writes inside the timed window
     tree = deepcontext.load(out)
     res = {"wall": wall, "cpu": cpu, "main_cpu": main_cpu, "size": out.stat().st_size,
+           "flushes": flushes,
            "nodes": len(tree),
            "ops": tree.total("op.count") / (n + 1), "launches": tree.total("gpu.launches") / (n + 1),
            "notes": list(tree.metadata.get("notes", []))}
     out.unlink()
     return res
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds, or 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return 0.0
+    return seconds if 0 < seconds < float("inf") else 0.0
 
 
 def paired(rounds: list[dict], mode: str, key: str, base: str = "off") -> tuple[float, float, float]:
@@ -229,6 +247,11 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
         cells += [f"{first.get('ops', 0):.0f}", f"{first.get('launches', 0):.0f}",
                   mib(statistics.median(r[modes[0]]["size"] for r in rounds))]
         out.append("| " + " | ".join(cells) + " |")
+    out += ["", "Profile writes completed inside a timed block (median over rounds; the session's "
+            "first write and its last, at start and stop, fall outside): " + "; ".join(
+                f"{m}: " + ", ".join(
+                    f"{name} {statistics.median(r[m].get('flushes', 0) for r in res['rounds']):g}"
+                    for name, res in results.items() if res["rounds"]) for m in modes)]
     notes = sorted({n for res in results.values() for r in res["rounds"] for m in modes
                     for n in r[m].get("notes", [])})
     if notes:

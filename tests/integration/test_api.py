@@ -74,3 +74,9 @@ def test_the_operator_floor_switch_records_no_operator_and_the_next_session_does
     ops = deepcontext.load(full)
     assert ops.total("op.count") == 5
     assert {n.frame.name for n in ops.nodes if n.frame.kind == "op"} == {"aten::mm"}
+
+
+def test_periodic_flushes_extend_the_tree_to_what_a_whole_build_gives(tmp_path):
+    # three points where the program has reached new code since the last: the extended tree
+    # equals the whole build of the same snapshot each time
+    assert run("api_flushes.py", str(tmp_path / "f.dcprof")) == "3"

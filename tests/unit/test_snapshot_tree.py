@@ -4,7 +4,7 @@ into their callers, and time that folds all the way to the root is kept under a 
 import runpy
 import sys
 
-from deepcontext.capture.snapshot import NO_FRAME, build_tree
+from deepcontext.capture.snapshot import NO_FRAME, TreeBuilder, build_tree
 from deepcontext.render.exporters._common import walk_paths
 
 RUNPY = runpy.__file__
@@ -35,3 +35,67 @@ def test_time_in_the_launcher_alone_goes_under_a_marker_not_the_root():
 def test_no_marker_when_nothing_folds_to_the_root():
     tree = build_tree(raw([(2, 0, 0.5)]), {})
     assert not [n for n in tree.nodes if n.frame == NO_FRAME]
+
+
+# -- a session's periodic flushes: the last tree extended (TreeBuilder) -------------------------
+def grown(metrics):
+    # raw() after the program reached a second function under main (node 3, frame 3)
+    nodes, frames, names, _ = raw([])
+    return (nodes + [(2, 3)], frames + [("python", "helper", USER, 20, "")],
+            names + ["op.count"], metrics)
+
+
+def paths(tree):
+    """Each context's path of (kind, name, line) from the root, with its metrics."""
+    out = {}
+    for n in tree.nodes:
+        path, i = [], n.id
+        while i > 0:
+            f = tree.nodes[i].frame
+            path.append((f.kind, f.name, f.line))
+            i = tree.nodes[i].parent
+        out[tuple(reversed(path))] = dict(n.metrics)
+    return out
+
+
+def test_a_flush_extends_the_last_tree_to_what_a_whole_build_gives():
+    b = TreeBuilder()
+    first = b.build(raw([(2, 0, 0.5)]), {"flush": 1}, fresh=False)
+    (main,) = [n.id for n in first.nodes if n.frame.name == "main"]
+    assert first.total("cpu.time") == 0.5  # (cached: the next build must not leave it)
+    second = b.build(grown([(2, 0, 0.75), (3, 1, 4.0)]), {"flush": 2}, fresh=False)
+    assert second is first  # the same tree, its nodes kept
+    assert [n.frame.name for n in second.nodes if n.frame.name == "main"] == ["main"]
+    assert second.nodes[main].metrics == {"cpu.time": 0.75}  # set anew, not added
+    (helper,) = [n for n in second.nodes if n.frame.name == "helper"]
+    assert helper.parent == main and helper.metrics == {"op.count": 4.0}
+    assert second.metadata == {"flush": 2}
+    assert second.total("cpu.time") == 0.75
+    whole = build_tree(grown([(2, 0, 0.75), (3, 1, 4.0)]), {})
+    assert paths(second) == paths(whole)
+
+
+def test_a_context_that_lost_its_metrics_is_built_whole_again():
+    # a schedule's warm-up rolled back: helper, seen only then, has no metric any more
+    b = TreeBuilder()
+    first = b.build(grown([(2, 0, 0.5), (3, 1, 4.0)]), {}, fresh=False)
+    second = b.build(grown([(2, 0, 0.5)]), {}, fresh=False)
+    assert second is not first
+    assert [n.frame.name for n in second.nodes] == ["<root>", "main"]
+    assert paths(second) == paths(build_tree(grown([(2, 0, 0.5)]), {}))
+
+
+def test_the_marker_goes_with_the_time_at_the_root():
+    b = TreeBuilder()
+    first = b.build(raw([(1, 0, 0.01), (2, 0, 0.5)]), {}, fresh=False)
+    assert [n for n in first.nodes if n.frame == NO_FRAME]
+    second = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)  # the root's time rolled back
+    assert second is not first and not [n for n in second.nodes if n.frame == NO_FRAME]
+    third = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)
+    assert third is second
+
+
+def test_fresh_builds_a_new_tree():
+    b = TreeBuilder()
+    first = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)
+    assert b.build(raw([(2, 0, 0.5)]), {}, fresh=True) is not first

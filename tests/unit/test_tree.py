@@ -109,6 +109,39 @@ def test_rows_past_one_statement_round_trip(tmp_path, limit):
     assert (back.exclusive(leaf, "op.time"), back.exclusive(leaf, "op.count")) == (i, n)
 
 
+def test_a_grown_tree_written_again_reads_as_a_whole_save(tmp_path):
+    """A session's flushes write the same tree as it grows (capture/snapshot.py, TreeBuilder):
+    the writer inserts only its new frames and nodes and replaces the metrics. The file then
+    reads back exactly as one saved whole, at every write."""
+    from deepcontext.tree.profile_file import ProfileWriter
+
+    tree = CallingContextTree({"flush": 1})
+    main = tree.add_path([MAIN])
+    tree.add_metric(main, "cpu.time", 0.5)
+    w = ProfileWriter(tmp_path / "grown.dcprof")
+    w.write(tree)
+    for k in range(3):
+        tree.clear_metrics()
+        tree.metadata = {"flush": k + 2}
+        tree.add_metric(main, "cpu.time", 0.5 + k)
+        for i in range(k + 1):  # new contexts, one with a frame new to the file
+            leaf = tree.add_path([MAIN, Frame.make("python", f"f{i}", "/app/m.py", 10 + i)])
+            tree.add_metric(leaf, "op.count", 2.0 * (i + 1))
+        w.write(tree)
+        save(tree, tmp_path / f"whole{k}.dcprof")
+        back, whole = load(tmp_path / "grown.dcprof"), load(tmp_path / f"whole{k}.dcprof")
+        back.self_check()
+        assert [(n.parent, n.frame, n.metrics) for n in back.nodes] == \
+               [(n.parent, n.frame, n.metrics) for n in whole.nodes]
+        assert back.metadata["flush"] == k + 2 and back.total("op.count") == (k + 1) * (k + 2)
+    other = CallingContextTree()  # another tree: written whole
+    other.add_metric(other.add_path([Frame.make("python", "g", "/app/n.py", 3)]), "cpu.time", 1.0)
+    w.write(other)
+    w.close()
+    back = load(tmp_path / "grown.dcprof")
+    assert [n.frame.name for n in back.nodes] == ["<root>", "g"] and back.total("cpu.time") == 1.0
+
+
 def test_a_name_at_the_255_byte_limit_round_trips(tmp_path):
     # its "-journal" and partial names would be too long to exist: neither write nor read trips
     t = CallingContextTree()

@@ -55,40 +55,82 @@ def _folds(frame: Frame, at_root: bool) -> bool:
 
 
 def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
-    nodes, frames, metric_names, metrics = raw
-    made = [Frame.make(kind, name, file, line, **_parse_extra(extra))
-            for kind, name, file, line, extra in frames]
-    # The native tree outlives sessions (node ids stay valid for the hooks); a profile keeps only
-    # the contexts that carry a metric in this session.
-    alive = [False] * len(nodes)
-    for node, _, value in metrics:
-        if value:
-            alive[node] = True
-    compiled = inductor.snapshot_state() if inductor.active() else None
-    for event in compiled.compiles if compiled else ():
-        if event.node < len(nodes):
-            alive[event.node] = True  # where a compilation ran (it may carry no sample)
-    for i in range(len(nodes) - 1, 0, -1):
-        if alive[i]:
-            alive[nodes[i][0]] = True
-    tree = CallingContextTree(metadata)
-    if compiled is not None:  # torch.compile ran: kernels under their source lines
-        return _off_the_root(_build_compiled(tree, compiled, nodes, made, alive, metric_names,
-                                             metrics))
-    mapped = [0] * len(nodes)
-    for i in range(1, len(nodes)):
-        if not alive[i]:
-            continue
-        parent, fid = nodes[i]
-        frame = made[fid]
-        p = mapped[parent]
-        if _folds(frame, p == 0):
-            mapped[i] = p  # collapse into the caller
-        else:
-            mapped[i] = tree.child(p, frame)
-    for node, mid, value in metrics:
-        tree.add_metric(mapped[node], metric_names[mid], value)
-    return _off_the_root(tree)
+    """The profile's tree from one snapshot of the core's, built whole."""
+    return TreeBuilder().build(raw, metadata)
+
+
+class TreeBuilder:
+    """Builds a session's trees from the core's snapshots. A periodic flush holds the GIL while
+    it builds and writes (the program's thread waits for it), so after the first build only
+    what changed is done again: frames and contexts new since the last snapshot are added to
+    the same tree, and every metric is set anew. A context that lost its metrics (a schedule's
+    warm-up rolled back) or torch.compile's placement builds the tree whole, as does
+    ``fresh`` (the final flush: node ids then follow the core's order, whatever the flushes'
+    timing was)."""
+
+    def __init__(self) -> None:
+        self._frames: dict[tuple, Frame] = {}  # the core's frame rows, made once
+        self._tree: CallingContextTree | None = None
+        self._mapped: list[int] = []  # the core's node -> the tree's (-1: not in it yet)
+
+    def build(self, raw: Any, metadata: dict[str, Any], fresh: bool = True) -> CallingContextTree:
+        nodes, frames, metric_names, metrics = raw
+        made = [self._frame(row) for row in frames]
+        # The native tree outlives sessions (node ids stay valid for the hooks); a profile keeps
+        # only the contexts that carry a metric in this session.
+        alive = [False] * len(nodes)
+        for node, _, value in metrics:
+            if value:
+                alive[node] = True
+        at_root = alive[0]  # time with no frame of the program's (_off_the_root)
+        compiled = inductor.snapshot_state() if inductor.active() else None
+        for event in compiled.compiles if compiled else ():
+            if event.node < len(nodes):
+                alive[event.node] = True  # where a compilation ran (it may carry no sample)
+        for i in range(len(nodes) - 1, 0, -1):
+            if alive[i]:
+                alive[nodes[i][0]] = True
+        if compiled is not None:  # torch.compile ran: kernels under their source lines
+            self._tree = None
+            tree = CallingContextTree(metadata)
+            return _off_the_root(_build_compiled(tree, compiled, nodes, made, alive, metric_names,
+                                                 metrics))
+        tree, mapped = self._tree_to_extend(alive, at_root, fresh)
+        mapped += [-1] * (len(nodes) - len(mapped))
+        for i in range(1, len(nodes)):
+            if not alive[i] or mapped[i] >= 0:
+                continue
+            parent, fid = nodes[i]
+            frame = made[fid]
+            p = mapped[parent]  # (a parent's id is below its child's: placed already)
+            mapped[i] = p if _folds(frame, p == 0) else tree.child(p, frame)  # folds: the caller
+        tree.metadata = dict(metadata)
+        # (tree.add_metric's work, in line: thousands a flush, into a tree nothing has read yet)
+        placed = tree.nodes
+        for node, mid, value in metrics:
+            m = placed[mapped[node]].metrics
+            name = metric_names[mid]
+            m[name] = m.get(name, 0.0) + value
+        self._tree, self._mapped = tree, mapped
+        return _off_the_root(tree)
+
+    def _frame(self, row: tuple) -> Frame:
+        frame = self._frames.get(row)
+        if frame is None:
+            kind, name, file, line, extra = row
+            frame = self._frames[row] = Frame.make(kind, name, file, line, **_parse_extra(extra))
+        return frame
+
+    def _tree_to_extend(self, alive: list[bool], at_root: bool,
+                        fresh: bool) -> tuple[CallingContextTree, list[int]]:
+        """The last tree with its metrics cleared, where a whole build would give every context
+        in it again (each still alive, ``NO_FRAME`` only with time at the root); else a new one."""
+        tree, mapped = self._tree, self._mapped
+        if (fresh or tree is None or (not at_root and tree.existing_child(0, NO_FRAME) is not None)
+                or any(m >= 0 and not alive[i] for i, m in enumerate(mapped) if i)):
+            return CallingContextTree(), [0]
+        tree.clear_metrics()
+        return tree, mapped
 
 
 def _build_compiled(tree: CallingContextTree, state: Any, nodes: Any, made: list[Frame],

@@ -82,6 +82,7 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _state["torch_tier"] = None
     _state["notes"] = []
     _state["jax"] = None  # a previous session's layer was stopped by finalize
+    _state["builder"] = None  # a session's trees grow from its own first one
     core.reset_metrics()
     _start_hooks_and_perf(core, hooks, perf and sample_interval > 0)
     core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
@@ -328,8 +329,10 @@ def _sample_new_threads(core: Any) -> None:
     core.register_python_threads(threading.get_native_id())
 
 
-def snapshot_tree(metadata: dict[str, Any]) -> Any:
-    from ..capture.snapshot import build_tree
+def snapshot_tree(metadata: dict[str, Any], fresh: bool = True) -> Any:
+    """The session's tree now. Not ``fresh``: the last one's nodes kept, with what is new added
+    and every metric set again (capture/snapshot.py: TreeBuilder), which a periodic flush wants."""
+    from ..capture.snapshot import TreeBuilder
 
     core = _core()
     _sample_new_threads(core)
@@ -340,7 +343,11 @@ def snapshot_tree(metadata: dict[str, Any]) -> Any:
         metadata.update(layer.metadata())
     raw = core.snapshot()
     metadata.update(gpu.metadata(core))  # counters as of this snapshot
-    tree = build_tree(raw, metadata)
+    builder = _state.get("builder")
+    if builder is None:
+        builder = _state["builder"] = TreeBuilder()
+    # (JAX's layer grafts its own nodes onto each tree: built whole)
+    tree = builder.build(raw, metadata, fresh=fresh or layer is not None)
     if layer is not None:
         layer.graft(tree)
     return tree

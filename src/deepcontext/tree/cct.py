@@ -52,6 +52,17 @@ class CallingContextTree:
             self._inclusive_cache.clear()
         return nid
 
+    def existing_child(self, parent: int, frame: Frame) -> int | None:
+        """The id of ``frame`` under ``parent``, or None (nothing is created)."""
+        return self._index.get((parent, frame))
+
+    def clear_metrics(self) -> None:
+        """Every node's metrics gone, the nodes kept (a tree refilled from newer counts)."""
+        for n in self.nodes:
+            n.metrics.clear()
+        self.rank_metrics.clear()
+        self._inclusive_cache.clear()
+
     def add_path(self, frames: Iterable[Frame], parent: int = 0) -> int:
         """Intern a call path (outermost first) and return its leaf id."""
         nid = parent

@@ -110,6 +110,11 @@ class ProfileWriter:
             name = hashlib.sha1(name.encode(errors="surrogateescape")).hexdigest()
         self._partial = self.path.with_name(f".{name}.partial")
         _remove_stale(self._partial)
+        # What the database holds of the tree written last (write: a tree that grew since)
+        self._last: CallingContextTree | None = None
+        self._nodes_written = 0
+        self._frame_ids: dict[Frame, int] = {}
+        self._metric_texts: dict[str, str] = {}
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._db.executescript(_SCHEMA)
         try:
@@ -118,9 +123,16 @@ class ProfileWriter:
             raise DeepContextError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     def write(self, tree: CallingContextTree) -> None:
-        frame_ids: dict[Frame, int] = {}
+        """The file becomes ``tree``. Written again after it grew (a session's periodic flushes:
+        capture/snapshot.py, TreeBuilder), only its new frames and nodes are inserted, and the
+        metrics and metadata replaced."""
+        grown = tree is self._last and len(tree.nodes) >= self._nodes_written
+        if not grown:
+            self._frame_ids = {}
+            self._nodes_written = 0
+        frame_ids = self._frame_ids
         frames, nodes, metrics = [], [], []
-        for n in tree.nodes:
+        for n in tree.nodes[self._nodes_written:]:
             fid = frame_ids.get(n.frame)
             if fid is None:
                 fid = frame_ids[n.frame] = len(frame_ids)
@@ -128,11 +140,21 @@ class ProfileWriter:
                 frames.append((fid, _text(f.kind), _text(f.name), _text(f.file), f.line,
                                json.dumps(dict(f.extra))))
             nodes.append((n.id, n.parent, fid))
-            metrics.extend((n.id, _text(k), v) for k, v in n.metrics.items() if v)
+        texts, names = self._metric_texts, set()  # (names: tree.metric_names(), in this pass)
+        for n in tree.nodes:
+            if not n.metrics:
+                continue
+            names.update(n.metrics)
+            for k, v in n.metrics.items():
+                if v:
+                    text = texts.get(k)
+                    if text is None:
+                        text = texts[k] = _text(k)
+                    metrics.append((n.id, text, v))
         rank_rows = [(nid, rank, _text(k), v) for rank, table in tree.rank_metrics.items()
                      for nid, values in table.items() for k, v in values.items() if v]
         defs = []
-        for name in tree.metric_names():
+        for name in sorted(names):
             info = KNOWN_METRICS.get(name)
             defs.append((name, unit_of(name), info.description if info else ""))
         meta = dict(tree.metadata)
@@ -142,7 +164,8 @@ class ProfileWriter:
         db.execute("BEGIN IMMEDIATE")
         try:
             for table in _TABLES:
-                db.execute(f"DELETE FROM {table}")
+                if not grown or table not in ("frames", "nodes"):
+                    db.execute(f"DELETE FROM {table}")
             _insert(db, "meta", [(k, json.dumps(v, default=str)) for k, v in meta.items()])
             _insert(db, "frames", frames)
             _insert(db, "nodes", nodes)
@@ -152,7 +175,9 @@ class ProfileWriter:
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
+            self._last = None  # (its frame ids may name rows that were rolled back)
             raise
+        self._last, self._nodes_written = tree, len(tree.nodes)
         self._replace_file()
 
     def _replace_file(self) -> None:
