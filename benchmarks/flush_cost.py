@@ -1,0 +1,90 @@
+"""What one periodic flush of a session costs, by part: the core's snapshot, the tree built from
+it, and the profile written (``ProfileWriter.write``), each flush after more steps of a
+model_zoo.py model. A periodic flush runs on the flusher thread and holds the GIL for most of
+that time, so the program's thread waits about as long (longer where torch's intra-op threads
+lose a core to it: models.py ``+flush0.05`` shows that part).
+
+Two ways from the same snapshot, in alternating order: ``extended``, what a periodic flush does
+(the last tree extended with what is new, only the new rows inserted: capture/snapshot.py
+TreeBuilder), and ``whole`` (built and written whole, what every flush did before d77a4fa and
+the final flush still does). Medians of wall time per flush; CPU time of the thread.
+
+    python benchmarks/flush_cost.py --model gpt2_train --flushes 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import model_zoo
+import torch
+
+import deepcontext
+from deepcontext import monitor
+from deepcontext.capture import session as session_module
+from deepcontext.capture.snapshot import TreeBuilder
+from deepcontext.tree.profile_file import ProfileWriter
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="gpt2_train")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--context", default="python,op,gpu")
+    p.add_argument("--flushes", type=int, default=20, help="of each way")
+    p.add_argument("--steps", type=int, default=2, help="steps before each flush")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    step = model_zoo.MODELS[args.model][0](args.device, args.device == "cpu")
+    for _ in range(3):
+        step()
+    ways = ("extended", "whole")
+    times: dict[str, dict[str, list[float]]] = {
+        way: {"build": [], "write": [], "cpu": []} for way in ways}
+    snapshots: list[float] = []
+    with tempfile.TemporaryDirectory() as d:
+        with deepcontext.profile(output=Path(d) / "p.dcprof", context=args.context, force=True,
+                                 flush_interval=1e6) as prof:  # (no periodic flush of its own)
+            for _ in range(10):
+                step()
+            core, session = monitor._core(), session_module._active
+            builders = {way: TreeBuilder() for way in ways}
+            writers = {way: ProfileWriter(Path(d) / f"{way}.dcprof") for way in ways}
+            for i in range(args.flushes):
+                for _ in range(args.steps):
+                    step()
+                    prof.step()
+                t0 = time.perf_counter()
+                raw = core.snapshot()
+                snapshots.append(time.perf_counter() - t0)
+                for way in ways if i % 2 == 0 else ways[::-1]:
+                    c0, t0 = time.thread_time(), time.perf_counter()
+                    tree = builders[way].build(raw, session.metadata(False), fresh=way == "whole")
+                    t1 = time.perf_counter()
+                    writers[way].write(tree)
+                    t2, c2 = time.perf_counter(), time.thread_time()
+                    for key, value in (("build", t1 - t0), ("write", t2 - t1), ("cpu", c2 - c0)):
+                        times[way][key].append(value)
+            nodes = len(tree.nodes)
+            for w in writers.values():
+                w.close()
+    print(f"{args.model} ({args.device}, {args.context}): {nodes} contexts, "
+          f"{args.flushes} flushes each way, {args.steps} steps before each")
+    print(f"the core's snapshot: {statistics.median(snapshots) * 1e3:.2f} ms (median)")
+    print("| flush | build ms | write ms | build + write ms | CPU ms |")
+    print("|---|---:|---:|---:|---:|")
+    for way, t in times.items():
+        total = statistics.median(a + b for a, b in zip(t["build"], t["write"]))
+        print(f"| {way} | {statistics.median(t['build']) * 1e3:.2f} | "
+              f"{statistics.median(t['write']) * 1e3:.2f} | {total * 1e3:.2f} | "
+              f"{statistics.median(t['cpu']) * 1e3:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
