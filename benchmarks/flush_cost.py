@@ -9,7 +9,13 @@ Two ways from the same snapshot, in alternating order: ``extended``, what a peri
 TreeBuilder), and ``whole`` (built and written whole, what every flush did before d77a4fa and
 the final flush still does). Medians of wall time per flush; CPU time of the thread.
 
+--stall SECONDS: what the flushes cost the program instead. The model runs steps for that long
+under a session that flushes every 0.2 s; the steps that overlap a periodic flush take longer
+than the median of the others by the program's stall, summed and divided by the flushes. Runs
+with any deepcontext version on PYTHONPATH (a build of an older commit, to compare).
+
     python benchmarks/flush_cost.py --model gpt2_train --flushes 20
+    python benchmarks/flush_cost.py --model gpt2_train --stall 6 [--threads 1]
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import torch
 import deepcontext
 from deepcontext import monitor
 from deepcontext.capture import session as session_module
-from deepcontext.capture.snapshot import TreeBuilder
 from deepcontext.tree.profile_file import ProfileWriter
 
 
@@ -38,11 +43,18 @@ def main() -> int:
     p.add_argument("--context", default="python,op,gpu")
     p.add_argument("--flushes", type=int, default=20, help="of each way")
     p.add_argument("--steps", type=int, default=2, help="steps before each flush")
+    p.add_argument("--stall", type=float, metavar="SECONDS")
+    p.add_argument("--threads", type=int, help="torch's intra-op threads")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     step = model_zoo.MODELS[args.model][0](args.device, args.device == "cpu")
     for _ in range(3):
         step()
+    if args.stall:
+        return stall(step, args)
+    from deepcontext.capture.snapshot import TreeBuilder
     ways = ("extended", "whole")
     times: dict[str, dict[str, list[float]]] = {
         way: {"build": [], "write": [], "cpu": []} for way in ways}
@@ -83,6 +95,40 @@ def main() -> int:
         print(f"| {way} | {statistics.median(t['build']) * 1e3:.2f} | "
               f"{statistics.median(t['write']) * 1e3:.2f} | {total * 1e3:.2f} | "
               f"{statistics.median(t['cpu']) * 1e3:.2f} |")
+    return 0
+
+
+def stall(step, args) -> int:
+    spans: list[tuple[float, float]] = []  # each flush's start and end, on the flusher
+    flush = session_module.Session._flush
+
+    def timed_flush(self, complete: bool) -> None:
+        t = time.perf_counter()
+        flush(self, complete)
+        spans.append((t, time.perf_counter()))
+
+    session_module.Session._flush = timed_flush
+    steps: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as d:
+        with deepcontext.profile(output=Path(d) / "p.dcprof", context=args.context, force=True,
+                                 flush_interval=0.2) as prof:
+            end = time.perf_counter() + args.stall
+            while time.perf_counter() < end:
+                t = time.perf_counter()
+                step()
+                prof.step()
+                steps.append((t, time.perf_counter()))
+    periodic = spans[1:-1]  # (the first at start and the last at stop are outside the steps)
+    hit = {s for s in steps if any(a < s[1] and b > s[0] for a, b in periodic)}
+    free = [b - a for a, b in steps if (a, b) not in hit]
+    base = statistics.median(free)
+    excess = sum(b - a - base for a, b in hit)
+    print(f"{args.model} ({args.device}, {args.context}, torch threads "
+          f"{torch.get_num_threads()}), deepcontext from {deepcontext.__file__}")
+    print(f"{len(periodic)} periodic flushes, {statistics.median(b - a for a, b in periodic) * 1e3:.1f}"
+          f" ms each on the flusher thread (median); step {base * 1e3:.2f} ms (median without one); "
+          f"{len(hit)} steps overlapped one; the program's stall per flush: "
+          f"{excess / max(len(periodic), 1) * 1e3:.1f} ms")
     return 0
 
 
