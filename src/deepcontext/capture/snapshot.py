@@ -108,7 +108,10 @@ class TreeBuilder:
         # (tree.add_metric's work, in line: thousands a flush, into a tree nothing has read yet)
         placed = tree.nodes
         for node, mid, value in metrics:
-            m = placed[mapped[node]].metrics
+            where = mapped[node]
+            if where < 0:  # (a zero in a context that holds nothing else: not in the profile)
+                continue
+            m = placed[where].metrics
             name = metric_names[mid]
             m[name] = m.get(name, 0.0) + value
         self._tree, self._mapped = tree, mapped
