@@ -46,16 +46,8 @@ def grown(metrics):
 
 
 def paths(tree):
-    """Each context's path of (kind, name, line) from the root, with its metrics."""
-    out = {}
-    for n in tree.nodes:
-        path, i = [], n.id
-        while i > 0:
-            f = tree.nodes[i].frame
-            path.append((f.kind, f.name, f.line))
-            i = tree.nodes[i].parent
-        out[tuple(reversed(path))] = dict(n.metrics)
-    return out
+    """Each context's path from the root (Frames), with its metrics."""
+    return {tuple(tree.path(n.id)): dict(n.metrics) for n in tree.nodes}
 
 
 def test_a_flush_extends_the_last_tree_to_what_a_whole_build_gives():

@@ -13,16 +13,9 @@ from deepcontext.tree import load
 
 
 def paths(tree):
-    out = {}
-    for n in tree.nodes:
-        path, i = [], n.id
-        while i > 0:
-            f = tree.nodes[i].frame
-            path.append((f.kind, f.name, f.file, f.line))
-            i = tree.nodes[i].parent
-        key = tuple(reversed(path))
-        assert key not in out, key
-        out[key] = dict(n.metrics)
+    """Each context's path from the root (Frames), with its metrics: one per context."""
+    out = {tuple(tree.path(n.id)): dict(n.metrics) for n in tree.nodes}
+    assert len(out) == len(tree.nodes)
     return out
 
 
