@@ -225,7 +225,7 @@ class ProfileWriter:
 
 
 #: Rows per INSERT statement (at most; fewer where SQLite allows fewer bound values).
-_ROWS_PER_INSERT = 4096
+_ROWS_PER_INSERT = 1024
 
 
 def _insert(db: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
@@ -233,7 +233,11 @@ def _insert(db: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
     and a periodic flush runs on the flusher thread: with one row a statement (executemany) the
     program's thread lost the GIL to it about once per row, 2,000 times a flush of GPT-2
     generate's tree, each a wake-up and a wait of the program's thread
-    (cpu-2026-12-04-flush-gil.md)."""
+    (cpu-2026-12-04-flush-gil.md). But not all in one: the rows of a full statement are always
+    _ROWS_PER_INSERT, so its text recurs flush after flush and the sqlite3 module's cache hands
+    back the prepared statement; only the last, shorter one is prepared again. One statement of
+    ~2,100 metric rows, its text new at every flush, spent ~1.5 ms of a 4 ms flush preparing it
+    (cpu-2026-12-06-flush-a174196.md)."""
     if not rows:
         return
     width = len(rows[0])
