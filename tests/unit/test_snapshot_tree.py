@@ -78,9 +78,12 @@ def test_a_context_that_lost_its_metrics_is_built_whole_again():
 
 
 def test_the_marker_goes_with_the_time_at_the_root():
+    # (runpy's node 1 folds onto the root: its time is the marker's)
     b = TreeBuilder()
     first = b.build(raw([(1, 0, 0.01), (2, 0, 0.5)]), {}, fresh=False)
-    assert [n for n in first.nodes if n.frame == NO_FRAME]
+    (marker,) = [n for n in first.nodes if n.frame == NO_FRAME]
+    again = b.build(raw([(1, 0, 0.02), (2, 0, 0.5)]), {}, fresh=False)
+    assert again is first and marker.metrics == {"cpu.time": 0.02} and not again.root.metrics
     second = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)  # the root's time rolled back
     assert second is not first and not [n for n in second.nodes if n.frame == NO_FRAME]
     third = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)
@@ -91,3 +94,16 @@ def test_fresh_builds_a_new_tree():
     b = TreeBuilder()
     first = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)
     assert b.build(raw([(2, 0, 0.5)]), {}, fresh=True) is not first
+
+
+def test_the_cores_own_frameless_node_is_extended_like_any_other():
+    # a thread with no Python frame: the core's node "<no Python frame>" under the root, the
+    # same frame as the marker, a context of its own whether or not time folds onto the root
+    nodes, frames, names, _ = raw([])
+    frameless = (nodes + [(0, 3)], frames + [(NO_FRAME.kind, NO_FRAME.name, "", 0, "")], names)
+    b = TreeBuilder()
+    first = b.build((*frameless, [(3, 0, 0.25)]), {}, fresh=False)
+    second = b.build((*frameless, [(3, 0, 0.5)]), {}, fresh=False)
+    assert second is first
+    (marker,) = [n for n in second.nodes if n.frame == NO_FRAME]
+    assert marker.metrics == {"cpu.time": 0.5}

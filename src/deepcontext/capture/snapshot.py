@@ -82,7 +82,6 @@ class TreeBuilder:
         for node, _, value in metrics:
             if value:
                 alive[node] = True
-        at_root = alive[0]  # time with no frame of the program's (_off_the_root)
         compiled = inductor.snapshot_state() if inductor.active() else None
         for event in compiled.compiles if compiled else ():
             if event.node < len(nodes):
@@ -95,7 +94,8 @@ class TreeBuilder:
             tree = CallingContextTree(metadata)
             return _off_the_root(_build_compiled(tree, compiled, nodes, made, alive, metric_names,
                                                  metrics))
-        tree, mapped = self._tree_to_extend(alive, at_root, fresh)
+        tree, mapped = self._tree_to_extend(alive, fresh)
+        extended = tree is self._tree
         mapped += [-1] * (len(nodes) - len(mapped))
         for i in range(1, len(nodes)):
             if not alive[i] or mapped[i] >= 0:
@@ -114,6 +114,10 @@ class TreeBuilder:
             m = placed[where].metrics
             name = metric_names[mid]
             m[name] = m.get(name, 0.0) + value
+        marker = tree.existing_child(0, NO_FRAME) if extended and not tree.root.metrics else None
+        if marker is not None and marker not in mapped:  # (the core has a node of that name too)
+            # the time that folded onto the root went (a warm-up rolled back): no marker for it
+            return self.build(raw, metadata, fresh=True)
         self._tree, self._mapped = tree, mapped
         return _off_the_root(tree)
 
@@ -124,12 +128,12 @@ class TreeBuilder:
             frame = self._frames[row] = Frame.make(kind, name, file, line, **_parse_extra(extra))
         return frame
 
-    def _tree_to_extend(self, alive: list[bool], at_root: bool,
+    def _tree_to_extend(self, alive: list[bool],
                         fresh: bool) -> tuple[CallingContextTree, list[int]]:
         """The last tree with its metrics cleared, where a whole build would give every context
-        in it again (each still alive, ``NO_FRAME`` only with time at the root); else a new one."""
+        in it again (each still alive; build checks the marker); else a new one."""
         tree, mapped = self._tree, self._mapped
-        if (fresh or tree is None or (not at_root and tree.existing_child(0, NO_FRAME) is not None)
+        if (fresh or tree is None
                 or any(m >= 0 and not alive[i] for i, m in enumerate(mapped) if i)):
             return CallingContextTree(), [0]
         tree.clear_metrics()
