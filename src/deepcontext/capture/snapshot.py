@@ -64,9 +64,9 @@ class TreeBuilder:
     it builds and writes (the program's thread waits for it), so after the first build only
     what changed is done again: frames and contexts new since the last snapshot are added to
     the same tree, and every metric is set anew. A context that lost its metrics (a schedule's
-    warm-up rolled back) or torch.compile's placement builds the tree whole, as does
-    ``fresh`` (the final flush: node ids then follow the core's order, whatever the flushes'
-    timing was)."""
+    warm-up rolled back), a root marker whose time went, or torch.compile's placement builds
+    the tree whole, as does ``fresh`` (the final flush: node ids then follow the core's order,
+    whatever the flushes' timing was; monitor.snapshot_tree passes it with the JAX layer too)."""
 
     def __init__(self) -> None:
         self._frames: dict[tuple, Frame] = {}  # the core's frame rows, made once

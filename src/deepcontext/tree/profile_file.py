@@ -140,11 +140,8 @@ class ProfileWriter:
                 frames.append((fid, _text(f.kind), _text(f.name), _text(f.file), f.line,
                                json.dumps(dict(f.extra))))
             nodes.append((n.id, n.parent, fid))
-        texts, names = self._metric_texts, set()  # (names: tree.metric_names(), in this pass)
+        texts = self._metric_texts
         for n in tree.nodes:
-            if not n.metrics:
-                continue
-            names.update(n.metrics)
             for k, v in n.metrics.items():
                 if v:
                     text = texts.get(k)
@@ -154,7 +151,7 @@ class ProfileWriter:
         rank_rows = [(nid, rank, _text(k), v) for rank, table in tree.rank_metrics.items()
                      for nid, values in table.items() for k, v in values.items() if v]
         defs = []
-        for name in sorted(names):
+        for name in tree.metric_names():
             info = KNOWN_METRICS.get(name)
             defs.append((name, unit_of(name), info.description if info else ""))
         meta = dict(tree.metadata)
