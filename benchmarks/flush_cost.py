@@ -9,6 +9,10 @@ Two ways from the same snapshot, in alternating order: ``extended``, what a peri
 TreeBuilder), and ``whole`` (built and written whole, what every flush did before d77a4fa and
 the final flush still does). Medians of wall time per flush; CPU time of the thread.
 
+--after MODELS: first profile these models, each in a session of its own and for three steps,
+in the same process (a notebook's earlier cells). The core keeps their contexts (its tree
+outlives sessions); since this commit a snapshot copies only the session's own.
+
 --stall SECONDS: what the flushes cost the program instead. The model runs steps for that long
 under a session that flushes every 0.2 s; the steps that overlap a periodic flush take longer
 than the median of the others by the program's stall, summed and divided by the flushes. Runs
@@ -16,6 +20,7 @@ with any deepcontext version on PYTHONPATH (a build of an older commit, to compa
 
     python benchmarks/flush_cost.py --model gpt2_train --flushes 20
     python benchmarks/flush_cost.py --model gpt2_train --stall 6 [--threads 1]
+    python benchmarks/flush_cost.py --model gpt2_train --after bert_train,gcn_train,gpt2_generate
 """
 
 from __future__ import annotations
@@ -45,10 +50,18 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=2, help="steps before each flush")
     p.add_argument("--stall", type=float, metavar="SECONDS")
     p.add_argument("--threads", type=int, help="torch's intra-op threads")
+    p.add_argument("--after", default="", metavar="MODELS",
+                   help="models profiled first, each in a session of its own (comma-separated)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    for name in filter(None, args.after.split(",")):
+        earlier = model_zoo.MODELS[name][0](args.device, args.device == "cpu")
+        with tempfile.TemporaryDirectory() as d:
+            with deepcontext.profile(output=Path(d) / "p.dcprof", context=args.context):
+                for _ in range(3):
+                    earlier()
     step = model_zoo.MODELS[args.model][0](args.device, args.device == "cpu")
     for _ in range(3):
         step()
@@ -86,7 +99,9 @@ def main() -> int:
             for w in writers.values():
                 w.close()
     print(f"{args.model} ({args.device}, {args.context}): {nodes} contexts, "
-          f"{args.flushes} flushes each way, {args.steps} steps before each")
+          f"{args.flushes} flushes each way, {args.steps} steps before each"
+          + (f"; after sessions of {args.after}" if args.after else "")
+          + f"; the core holds {_tree_size()} contexts")
     print(f"the core's snapshot: {statistics.median(snapshots) * 1e3:.2f} ms (median)")
     print("| flush | build ms | write ms | build + write ms | CPU ms |")
     print("|---|---:|---:|---:|---:|")
@@ -96,6 +111,11 @@ def main() -> int:
               f"{statistics.median(t['write']) * 1e3:.2f} | {total * 1e3:.2f} | "
               f"{statistics.median(t['cpu']) * 1e3:.2f} |")
     return 0
+
+
+def _tree_size() -> int | str:
+    size = getattr(monitor._core(), "tree_size", None)  # (builds before this commit: none)
+    return size() if size else "?"
 
 
 def stall(step, args) -> int:

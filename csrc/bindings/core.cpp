@@ -69,12 +69,15 @@ using NodeRow = std::tuple<uint32_t, uint32_t>;
 using FrameRow = std::tuple<std::string, std::string, std::string, int, std::string>;
 using MetricRow = std::tuple<uint32_t, uint32_t, double>;
 
-// Everything the Python side needs to rebuild the tree (buffered samples folded in first).
+// What the Python side needs to rebuild the session's tree (buffered samples folded in first):
+// the contexts that carry a metric or are in `keep`, with their ancestors (Tree::snapshot).
 std::tuple<std::vector<NodeRow>, std::vector<FrameRow>, std::vector<std::string>,
-           std::vector<MetricRow>>
-snapshot() {
+           std::vector<MetricRow>, std::vector<uint32_t>>
+snapshot(const std::vector<uint32_t>& keep) {
   dc::drain_samples();
-  dc::Snapshot snap = dc::tree().snapshot();
+  std::vector<MetricRow> memory;  // (kept by the memory layer, by tree id)
+  dc::memory::export_metrics(memory);
+  dc::Snapshot snap = dc::tree().snapshot(keep, std::move(memory));
   std::vector<FrameRow> frames;
   frames.reserve(snap.frames.size());
   for (auto& f : snap.frames)
@@ -83,8 +86,8 @@ snapshot() {
   std::vector<NodeRow> nodes;
   nodes.reserve(snap.nodes.size());
   for (const auto& n : snap.nodes) nodes.emplace_back(n.first, n.second);
-  dc::memory::export_metrics(snap.metrics);
-  return {std::move(nodes), std::move(frames), std::move(snap.metric_names), std::move(snap.metrics)};
+  return {std::move(nodes), std::move(frames), std::move(snap.metric_names),
+          std::move(snap.metrics), std::move(snap.ids)};
 }
 
 std::vector<FrameRow> path_frames(uint32_t node) {
@@ -208,7 +211,10 @@ NB_MODULE(_core, m) {
      "stack instead, stacks remembered).");
   m.def("splice_mismatches", &dc::splice_mismatches,
         "Events whose native and Python stacks could not be paired (Python-only path used).");
-  m.def("snapshot", &snapshot);
+  m.def("snapshot", &snapshot, "keep"_a = std::vector<uint32_t>(),
+        "The session's part of the tree: (nodes, frames, metric names, metrics, tree ids).");
+  m.def("tree_size", [] { return dc::tree().size(); },
+        "Contexts in the core's tree, every session's (it outlives them).");
   m.def("path_frames", &path_frames, "node"_a, "Frames from the root to a node, outermost first.");
   m.def("set_op_observer", [](nb::object cb) {
     if (cb.is_none()) {

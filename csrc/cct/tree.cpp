@@ -214,22 +214,54 @@ void Tree::describe_native_frames() {
   natives_described_upto_ = std::max(natives_described_upto_, upto);
 }
 
-Snapshot Tree::snapshot() {
+Snapshot Tree::snapshot(const std::vector<uint32_t>& keep,
+                        std::vector<std::tuple<uint32_t, uint32_t, double>> rows) {
   describe_native_frames();
+  constexpr uint32_t kOut = UINT32_MAX;
   Snapshot s;
   std::lock_guard<std::mutex> g(mu_);
-  s.nodes.reserve(nodes_.size());
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    const Node& n = nodes_[i];
-    s.nodes.emplace_back(n.parent, n.frame);
-    for (size_t m = 0; m < n.metrics.size(); ++m)
-      if (n.metrics[m] != 0.0)
-        s.metrics.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(m), n.metrics[m]);
+  const size_t n_nodes = nodes_.size();
+  std::vector<uint32_t> dense(n_nodes, kOut);  // tree id -> the snapshot's (0 until numbered)
+  s.metrics = std::move(rows);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const std::vector<double>& m = nodes_[i].metrics;
+    for (size_t k = 0; k < m.size(); ++k)
+      if (m[k] != 0.0) s.metrics.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(k), m[k]);
   }
-  s.frames.reserve(frames_.size());
-  for (const Frame& f : frames_) s.frames.push_back(SnapshotFrame{f.kind, f.name, f.file, f.extra, f.line});
+  size_t kept = 0;
+  for (const auto& r : s.metrics)  // (a row of a node the tree never had is dropped)
+    if (std::get<0>(r) < n_nodes) {
+      dense[std::get<0>(r)] = 0;
+      s.metrics[kept++] = r;
+    }
+  s.metrics.resize(kept);
+  for (uint32_t node : keep)
+    if (node < n_nodes) dense[node] = 0;
+  if (n_nodes > 0) dense[0] = 0;  // the root
+  for (size_t i = n_nodes; i-- > 1;)  // (a parent's id is below its children's)
+    if (dense[i] != kOut) dense[nodes_[i].parent] = 0;
+  std::vector<uint32_t> frame_at(frames_.size(), kOut);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    if (dense[i] == kOut) continue;
+    dense[i] = static_cast<uint32_t>(s.nodes.size());
+    const Node& n = nodes_[i];
+    uint32_t& f = frame_at[n.frame];
+    if (f == kOut) {
+      f = static_cast<uint32_t>(s.frames.size());
+      const Frame& fr = frames_[n.frame];
+      s.frames.push_back(SnapshotFrame{fr.kind, fr.name, fr.file, fr.extra, fr.line});
+    }
+    s.nodes.emplace_back(i == 0 ? 0 : dense[n.parent], f);
+    s.ids.push_back(static_cast<uint32_t>(i));
+  }
+  for (auto& r : s.metrics) std::get<0>(r) = dense[std::get<0>(r)];
   s.metric_names = metric_names_;
   return s;
+}
+
+size_t Tree::size() {
+  std::lock_guard<std::mutex> g(mu_);
+  return nodes_.size();
 }
 
 void Tree::reset_metrics() {

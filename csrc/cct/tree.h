@@ -50,6 +50,7 @@ struct Snapshot {
   std::vector<SnapshotFrame> frames;
   std::vector<std::string> metric_names;
   std::vector<std::tuple<uint32_t, uint32_t, double>> metrics;  // (node, metric, value), non-zero
+  std::vector<uint32_t> ids;  // each node's id in the tree
 };
 
 class Tree;
@@ -90,9 +91,15 @@ class Tree {
  public:
   Tree();
   uint32_t metric_id(const std::string& name);
-  // Every node, frame and non-zero metric. Native frames added since the last snapshot are
-  // symbolized first, outside the lock (symbolization reads files).
-  Snapshot snapshot();
+  // The contexts that carry a non-zero metric (the tree's own, or one of `rows`: metrics kept
+  // elsewhere, by tree id) or are in `keep`, their ancestors, and the frames they use, numbered
+  // densely in the tree's order (a parent before its children). The tree outlives sessions (its
+  // ids stay valid for the hooks): without the cut, every flush of a session would copy, and
+  // rebuild in Python, every context any earlier session of the process made. Native frames
+  // added since the last snapshot are symbolized first, outside the lock (it reads files).
+  Snapshot snapshot(const std::vector<uint32_t>& keep,
+                    std::vector<std::tuple<uint32_t, uint32_t, double>> rows);
+  size_t size();  // contexts, every session's
   // Symbolizes native frames added since the last call (outside the lock; see snapshot()).
   void describe_native_frames();
   void reset_metrics();

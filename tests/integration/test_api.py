@@ -80,3 +80,8 @@ def test_periodic_flushes_extend_the_tree_to_what_a_whole_build_gives(tmp_path):
     # three points where the program has reached new code since the last: the extended tree
     # equals the whole build of the same snapshot each time
     assert run("api_flushes.py", str(tmp_path / "f.dcprof")) == "3"
+
+
+def test_a_snapshot_holds_the_sessions_contexts_by_their_ids_in_the_core(tmp_path):
+    # the core's tree outlives sessions: a flush reads only the session's part of it
+    assert run("session_snapshot.py", str(tmp_path / "s.dcprof")) == "ok"

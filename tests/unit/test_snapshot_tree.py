@@ -12,11 +12,12 @@ USER = "/home/u/train.py"
 
 
 def raw(metrics):
-    # the core's snapshot: nodes (parent, frame id), frames, metric names, (node, metric, value)
+    # the core's snapshot: nodes (parent, frame), frames, metric names, (node, metric, value),
+    # each node's id in the core; nodes and frames numbered densely (the session's part only)
     nodes = [(0, 0), (0, 1), (1, 2)]
     frames = [("root", "<root>", "", 0, ""), ("python", "_run_code", RUNPY, 88, ""),
               ("python", "main", USER, 12, "")]
-    return nodes, frames, ["cpu.time"], metrics
+    return nodes, frames, ["cpu.time"], metrics, [0, 1, 2]
 
 
 def test_time_in_the_launcher_alone_goes_under_a_marker_not_the_root():
@@ -40,9 +41,9 @@ def test_no_marker_when_nothing_folds_to_the_root():
 # -- a session's periodic flushes: the last tree extended (TreeBuilder) -------------------------
 def grown(metrics):
     # raw() after the program reached a second function under main (node 3, frame 3)
-    nodes, frames, names, _ = raw([])
+    nodes, frames, names, _, ids = raw([])
     return (nodes + [(2, 3)], frames + [("python", "helper", USER, 20, "")],
-            names + ["op.count"], metrics)
+            names + ["op.count"], metrics, ids + [3])
 
 
 def paths(tree):
@@ -71,10 +72,28 @@ def test_a_context_that_lost_its_metrics_is_built_whole_again():
     # a schedule's warm-up rolled back: helper, seen only then, has no metric any more
     b = TreeBuilder()
     first = b.build(grown([(2, 0, 0.5), (3, 1, 4.0)]), {}, fresh=False)
-    second = b.build(grown([(2, 0, 0.5)]), {}, fresh=False)
+    nodes, frames, names, _, ids = raw([])  # (the core leaves helper's node out)
+    second = b.build((nodes, frames, names + ["op.count"], [(2, 0, 0.5)], ids), {}, fresh=False)
     assert second is not first
     assert [n.frame.name for n in second.nodes] == ["<root>", "main"]
-    assert paths(second) == paths(build_tree(grown([(2, 0, 0.5)]), {}))
+    assert paths(second) == paths(build_tree(raw([(2, 0, 0.5)]), {}))
+
+
+def test_contexts_are_known_by_their_ids_in_the_core_not_their_place_in_a_snapshot():
+    # helper is the core's node 5; node 4 (other) was another session's until this one reached
+    # it, and then helper's place in the snapshot moves from 3 to 4
+    b = TreeBuilder()
+    nodes, frames, names, _, ids = grown([])
+    first = b.build((nodes, frames, names, [(2, 0, 0.5), (3, 1, 4.0)], [0, 1, 2, 5]), {},
+                    fresh=False)
+    (helper,) = [n.id for n in first.nodes if n.frame.name == "helper"]
+    other = ("python", "other", USER, 30, "")
+    nodes = [(0, 0), (0, 1), (1, 2), (2, 3), (2, 4)]  # (frames: the new one before helper's)
+    second = b.build((nodes, frames[:3] + [other, frames[3]], names,
+                      [(2, 0, 0.5), (3, 1, 1.0), (4, 1, 4.5)], [0, 1, 2, 4, 5]), {}, fresh=False)
+    assert second is first and second.nodes[helper].frame.name == "helper"
+    assert {n.frame.name: n.metrics for n in second.nodes[1:]} == {  # (runpy folds)
+        "main": {"cpu.time": 0.5}, "helper": {"op.count": 4.5}, "other": {"op.count": 1.0}}
 
 
 def test_the_marker_goes_with_the_time_at_the_root():
@@ -99,11 +118,11 @@ def test_fresh_builds_a_new_tree():
 def test_the_cores_own_frameless_node_is_extended_like_any_other():
     # a thread with no Python frame: the core's node "<no Python frame>" under the root, the
     # same frame as the marker, a context of its own whether or not time folds onto the root
-    nodes, frames, names, _ = raw([])
+    nodes, frames, names, _, ids = raw([])
     frameless = (nodes + [(0, 3)], frames + [(NO_FRAME.kind, NO_FRAME.name, "", 0, "")], names)
     b = TreeBuilder()
-    first = b.build((*frameless, [(3, 0, 0.25)]), {}, fresh=False)
-    second = b.build((*frameless, [(3, 0, 0.5)]), {}, fresh=False)
+    first = b.build((*frameless, [(3, 0, 0.25)], ids + [3]), {}, fresh=False)
+    second = b.build((*frameless, [(3, 0, 0.5)], ids + [3]), {}, fresh=False)
     assert second is first
     (marker,) = [n for n in second.nodes if n.frame == NO_FRAME]
     assert marker.metrics == {"cpu.time": 0.5}

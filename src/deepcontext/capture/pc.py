@@ -218,8 +218,9 @@ def fold(records: list[tuple], reasons: list[str], kernels: list[KernelNode],
 
 
 def kernel_nodes(raw: Any) -> list[KernelNode]:
-    """Kernel nodes of a native snapshot (nodes, frames, metric names, metrics)."""
-    nodes, frames, metric_names, metrics = raw
+    """Kernel nodes of a native snapshot (nodes, frames, metric names, metrics, core ids): the
+    kernels that ran in the session, by their ids in the core."""
+    nodes, frames, metric_names, metrics, ids = raw
     try:
         gpu_time = metric_names.index("gpu.time")
     except ValueError:
@@ -228,7 +229,7 @@ def kernel_nodes(raw: Any) -> list[KernelNode]:
     for node, metric, value in metrics:
         if metric == gpu_time:
             times[node] += value
-    return [KernelNode(i, parent, frames[frame][1], times[i])
+    return [KernelNode(ids[i], ids[parent], frames[frame][1], times[i])
             for i, (parent, frame) in enumerate(nodes)
             if i > 0 and frames[frame][0] == "kernel"]
 

@@ -54,6 +54,14 @@ def _folds(frame: Frame, at_root: bool) -> bool:
     return frame.kind == PYTHON and (_is_own(frame.file) or (at_root and _is_launcher(frame.file)))
 
 
+def take(core: Any) -> Any:
+    """The core's snapshot of the session's contexts (nodes, frames, metric names, metrics, and
+    each node's id in the core), with the contexts where a compilation ran (which may carry no
+    metric) kept."""
+    keep = [e.node for e in inductor.snapshot_state().compiles] if inductor.active() else []
+    return core.snapshot(keep)
+
+
 def build_tree(raw: Any, metadata: dict[str, Any]) -> CallingContextTree:
     """The profile's tree from one snapshot of the core's, built whole."""
     return TreeBuilder().build(raw, metadata)
@@ -66,56 +74,45 @@ class TreeBuilder:
     the same tree, and every metric is set anew. A context that lost its metrics (a schedule's
     warm-up rolled back), a root marker whose time went, or torch.compile's placement builds
     the tree whole, as does ``fresh`` (the final flush: node ids then follow the core's order,
-    whatever the flushes' timing was; monitor.snapshot_tree passes it with the JAX layer too)."""
+    whatever the flushes' timing was; monitor.snapshot_tree passes it with the JAX layer too).
+
+    A snapshot holds only the contexts that carry a metric (and their ancestors), numbered
+    densely; its last part gives each one's id in the core, which stays the same from one
+    snapshot to the next."""
 
     def __init__(self) -> None:
         self._frames: dict[tuple, Frame] = {}  # the core's frame rows, made once
         self._tree: CallingContextTree | None = None
-        self._mapped: list[int] = []  # the core's node -> the tree's (-1: not in it yet)
+        self._mapped: dict[int, int] = {}  # the core's node id -> the tree's
 
     def build(self, raw: Any, metadata: dict[str, Any], fresh: bool = True) -> CallingContextTree:
-        nodes, frames, metric_names, metrics = raw
+        nodes, frames, metric_names, metrics, ids = raw
         made = [self._frame(row) for row in frames]
-        # The native tree outlives sessions (node ids stay valid for the hooks); a profile keeps
-        # only the contexts that carry a metric in this session.
-        alive = [False] * len(nodes)
-        for node, _, value in metrics:
-            if value:
-                alive[node] = True
-        compiled = inductor.snapshot_state() if inductor.active() else None
-        for event in compiled.compiles if compiled else ():
-            if event.node < len(nodes):
-                alive[event.node] = True  # where a compilation ran (it may carry no sample)
-        for i in range(len(nodes) - 1, 0, -1):
-            if alive[i]:
-                alive[nodes[i][0]] = True
-        if compiled is not None:  # torch.compile ran: kernels under their source lines
+        if inductor.active():  # torch.compile ran: kernels under their source lines
             self._tree = None
             tree = CallingContextTree(metadata)
-            return _off_the_root(_build_compiled(tree, compiled, nodes, made, alive, metric_names,
-                                                 metrics))
-        tree, mapped = self._tree_to_extend(alive, fresh)
+            return _off_the_root(_build_compiled(tree, inductor.snapshot_state(), raw, made,
+                                                 metric_names, metrics))
+        tree, mapped = self._tree_to_extend(ids, fresh)
         extended = tree is self._tree
-        mapped += [-1] * (len(nodes) - len(mapped))
+        here = [0] * len(nodes)  # the snapshot's node -> the tree's
         for i in range(1, len(nodes)):
-            if not alive[i] or mapped[i] >= 0:
-                continue
-            parent, fid = nodes[i]
-            frame = made[fid]
-            p = mapped[parent]  # (a parent's id is below its child's: placed already)
-            mapped[i] = p if _folds(frame, p == 0) else tree.child(p, frame)  # folds: the caller
+            at = mapped.get(ids[i])
+            if at is None:
+                parent, fid = nodes[i]
+                frame = made[fid]
+                p = here[parent]  # (a parent's id is below its child's: placed already)
+                at = mapped[ids[i]] = p if _folds(frame, p == 0) else tree.child(p, frame)
+            here[i] = at  # (folds: the caller's)
         tree.metadata = dict(metadata)
         # (tree.add_metric's work, in line: thousands a flush, into a tree nothing has read yet)
         placed = tree.nodes
         for node, mid, value in metrics:
-            where = mapped[node]
-            if where < 0:  # (a zero in a context that holds nothing else: not in the profile)
-                continue
-            m = placed[where].metrics
+            m = placed[here[node]].metrics
             name = metric_names[mid]
             m[name] = m.get(name, 0.0) + value
         marker = tree.existing_child(0, NO_FRAME) if extended and not tree.root.metrics else None
-        if marker is not None and marker not in mapped:  # (the core has a node of that name too)
+        if marker is not None and marker not in here:  # (the core has a node of that name too)
             # the time that folded onto the root went (a warm-up rolled back): no marker for it
             return self.build(raw, metadata, fresh=True)
         self._tree, self._mapped = tree, mapped
@@ -128,27 +125,27 @@ class TreeBuilder:
             frame = self._frames[row] = Frame.make(kind, name, file, line, **_parse_extra(extra))
         return frame
 
-    def _tree_to_extend(self, alive: list[bool],
-                        fresh: bool) -> tuple[CallingContextTree, list[int]]:
+    def _tree_to_extend(self, ids: list[int],
+                        fresh: bool) -> tuple[CallingContextTree, dict[int, int]]:
         """The last tree with its metrics cleared, where a whole build would give every context
-        in it again (each still alive; build checks the marker); else a new one."""
+        in it again (each still in the snapshot; build checks the marker); else a new one."""
         tree, mapped = self._tree, self._mapped
-        if (fresh or tree is None
-                or any(m >= 0 and not alive[i] for i, m in enumerate(mapped) if i)):
-            return CallingContextTree(), [0]
+        if fresh or tree is None or not mapped.keys() <= set(ids):
+            return CallingContextTree(), {ids[0]: 0} if ids else {}
         tree.clear_metrics()
         return tree, mapped
 
 
-def _build_compiled(tree: CallingContextTree, state: Any, nodes: Any, made: list[Frame],
-                    alive: list[bool], metric_names: Any, metrics: Any) -> CallingContextTree:
+def _build_compiled(tree: CallingContextTree, state: Any, raw: Any, made: list[Frame],
+                    metric_names: Any, metrics: Any) -> CallingContextTree:
     placer = Placer(state, tree)
-    placed = placer.build(nodes, made, alive, _folds)
+    nodes, ids = raw[0], raw[4]
+    placed = placer.build(nodes, made, _folds)
     for node, mid, value in metrics:
         name = metric_names[mid]
         for nid, weight in placed[node]:
             tree.add_metric(nid, name, value * weight)
-    compiles = placer.add_compiles(placed)
+    compiles = placer.add_compiles(placed, {core: i for i, core in enumerate(ids)})
     placer.add_compile_host()
     tree.metadata["torch_compile"] = {
         "compiles": compiles,

@@ -332,7 +332,7 @@ def _sample_new_threads(core: Any) -> None:
 def snapshot_tree(metadata: dict[str, Any], fresh: bool = True) -> Any:
     """The session's tree now. Not ``fresh``: the last one's nodes kept, with what is new added
     and every metric set again (capture/snapshot.py: TreeBuilder), which a periodic flush wants."""
-    from ..capture.snapshot import TreeBuilder
+    from ..capture.snapshot import TreeBuilder, take
 
     core = _core()
     _sample_new_threads(core)
@@ -341,7 +341,7 @@ def snapshot_tree(metadata: dict[str, Any], fresh: bool = True) -> Any:
     if layer is not None:
         layer.collect()  # XLA executions captured since the last snapshot
         metadata.update(layer.metadata())
-    raw = core.snapshot()
+    raw = take(core)
     metadata.update(gpu.metadata(core))  # counters as of this snapshot
     builder = _state.get("builder")
     if builder is None:

@@ -94,9 +94,9 @@ class Placer:
         (self.mapped_calls if out else self.unmapped_calls).add((file, line))
         return out
 
-    def build(self, nodes: list[tuple[int, int]], made: list[Frame], alive: list[bool],
+    def build(self, nodes: list[tuple[int, int]], made: list[Frame],
               folds: Callable[[Frame, bool], bool]) -> list[Placements]:
-        """Placements of every live native node (children always follow parents)."""
+        """Placements of every node of a snapshot (children always follow parents)."""
         tree = self.tree
         placed: list[Placements] = [[] for _ in nodes]
         placed[0] = [(0, 1.0)]
@@ -105,8 +105,6 @@ class Placer:
         phase = [-1] * len(nodes)
         in_wrapper = [False] * len(nodes)
         for i in range(1, len(nodes)):
-            if not alive[i]:
-                continue
             parent, fid = nodes[i]
             frame = made[fid]
             here = placed[parent]
@@ -140,14 +138,17 @@ class Placer:
             placed[i] = [(tree.child(n, frame), w) for n, w in here]
         return placed
 
-    def add_compiles(self, placed: list[Placements]) -> list[dict[str, Any]]:
-        """Compile time and count at each compilation's ``[marker] compile`` node."""
+    def add_compiles(self, placed: list[Placements],
+                     index: dict[int, int]) -> list[dict[str, Any]]:
+        """Compile time and count at each compilation's ``[marker] compile`` node (``index``:
+        the core's node id -> the snapshot's)."""
         tree = self.tree
         out = []
         for event in self.state.compiles:
-            if event.node >= len(placed) or not placed[event.node]:
+            at = index.get(event.node)
+            if at is None or not placed[at]:
                 continue
-            node = placed[event.node][0][0]
+            node = placed[at][0][0]
             target = next((a for a in reversed(tree.path_ids(node))
                            if tree.nodes[a].frame == COMPILE), None)
             if target is None:
