@@ -74,10 +74,16 @@ using MetricRow = std::tuple<uint32_t, uint32_t, double>;
 std::tuple<std::vector<NodeRow>, std::vector<FrameRow>, std::vector<std::string>,
            std::vector<MetricRow>, std::vector<uint32_t>>
 snapshot(const std::vector<uint32_t>& keep) {
-  dc::drain_samples();
-  std::vector<MetricRow> memory;  // (kept by the memory layer, by tree id)
-  dc::memory::export_metrics(memory);
-  dc::Snapshot snap = dc::tree().snapshot(keep, std::move(memory));
+  dc::Snapshot snap;
+  {
+    // The core's own locks guard all of this (its sampler thread drains the same way): the
+    // program's threads run meanwhile instead of waiting on the flusher for the GIL.
+    nb::gil_scoped_release release;
+    dc::drain_samples();
+    std::vector<MetricRow> memory;  // (kept by the memory layer, by tree id)
+    dc::memory::export_metrics(memory);
+    snap = dc::tree().snapshot(keep, std::move(memory));
+  }
   std::vector<FrameRow> frames;
   frames.reserve(snap.frames.size());
   for (auto& f : snap.frames)
