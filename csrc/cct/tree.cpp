@@ -226,11 +226,12 @@ Snapshot Tree::snapshot(const std::vector<uint32_t>& keep,
   for (size_t i = 0; i < n_nodes; ++i) {
     const std::vector<double>& m = nodes_[i].metrics;
     for (size_t k = 0; k < m.size(); ++k)
-      if (m[k] != 0.0) s.metrics.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(k), m[k]);
+      if (m[k] != 0.0)
+        s.metrics.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(k), m[k]);
   }
   size_t kept = 0;
-  for (const auto& r : s.metrics)  // (a row of a node the tree never had is dropped)
-    if (std::get<0>(r) < n_nodes) {
+  for (const auto& r : s.metrics)  // (zeros, and rows of a node the tree never had, dropped)
+    if (std::get<0>(r) < n_nodes && std::get<2>(r) != 0.0) {
       dense[std::get<0>(r)] = 0;
       s.metrics[kept++] = r;
     }
