@@ -11,7 +11,7 @@ the final flush still does). Medians of wall time per flush; CPU time of the thr
 
 --after MODELS: first profile these models, each in a session of its own and for three steps,
 in the same process (a notebook's earlier cells). The core keeps their contexts (its tree
-outlives sessions); since this commit a snapshot copies only the session's own.
+outlives sessions); since 25e0819 a snapshot copies only the session's own.
 
 --stall SECONDS: what the flushes cost the program instead. The model runs steps for that long
 under a session that flushes every 0.2 s; the steps that overlap a periodic flush take longer
