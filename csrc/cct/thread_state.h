@@ -3,6 +3,7 @@
 // seen -> armed -> disarmed -> reaped, and are recycled, never freed.
 #pragma once
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,18 +68,26 @@ struct OpTallySlot {
   int64_t f_count, f_ns, f_first_ns, f_autograd;
 };
 
-struct OpEntry {
+// Every event reads or writes most of an entry, and between two events torch's and the
+// interpreter's own work evicts the L1 data cache: the fields an entry and exit touch come first,
+// in the entry's first two lines (with the scope anchor's count), the rarely read ones after.
+struct alignas(64) OpEntry {
   PolledU32 node;        // while `pending`: the ordinary parent context
   uint32_t frame;        // the op's frame id
-  bool pending;          // an engine wrapper waiting for its backward node
   uint32_t py_node;      // innermost Python context node of this op
+  PolledU32 epoch;       // session that opened it: an exit in another session charges nothing
   const void* py_frame;  // innermost interpreter frame when the op began (nullptr: none)
-  ScopeAnchor anchor;    // a scope's frames outside py_frame (n == 0 for an operator)
   uint64_t handle;
   int64_t seq_nr;        // >= 0 for a backward node's op (to nest its own re-entries)
   int64_t t0_ticks;      // now_ticks() at entry (clock.h)
   int64_t child_ns;      // time spent in nested ops, subtracted for exclusive op.time
+  int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
+  uint64_t rf_tid;
+  OpTallySlot* tally;    // its node's slot, found (and prefetched) at entry; null: look it up
   int native_cut;        // outermost-first native depth of its call frame (-1: none)
+  bool pending;          // an engine wrapper waiting for its backward node
+  bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
+  ScopeAnchor anchor;    // a scope's frames outside py_frame (n == 0 for an operator)
   // With native_cut >= 0: the frames outside the call frame, innermost first (native_anchor_n of
   // them), by which a nested event's unwind finds where the op's own frames begin without
   // unwinding them (depth_at_anchor). Not the call frame's own return address: that moves while
@@ -90,12 +99,8 @@ struct OpEntry {
   uintptr_t entry_sp;    // a stack address in op_enter's frame: how deep below it an event inside
                          // runs picks the remembered stacks it is compared with (stack_paths.h);
                          // set with the native anchor, read only where that is
-  PolledU32 epoch;       // session that opened it: an exit in another session charges nothing
-  int64_t fwd_seq;       // forward op's sequence number (-1: none), recorded at exit if consumed
-  uint64_t rf_tid;
-  bool scope;            // a non-op scope (a module): no op metrics, transparent to op.time
-  OpTallySlot* tally;    // its node's slot, found (and prefetched) at entry; null: look it up
 };
+static_assert(offsetof(OpEntry, anchor) + sizeof(int) <= 128, "an event's fields: two lines");
 
 // A thread's operator metrics, kept by the thread itself so that an operator's exit takes no
 // lock, and folded into the tree by every drain (ops.cpp: fold_op_tallies). Counters only grow:
