@@ -82,7 +82,7 @@ snapshot(const std::vector<uint32_t>& keep) {
     dc::drain_samples();
     std::vector<MetricRow> memory;  // (kept by the memory layer, by tree id)
     dc::memory::export_metrics(memory);
-    snap = dc::tree().snapshot(keep, std::move(memory));
+    snap = dc::tree().snapshot(keep, memory);
   }
   std::vector<FrameRow> frames;
   frames.reserve(snap.frames.size());

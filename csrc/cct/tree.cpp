@@ -215,27 +215,26 @@ void Tree::describe_native_frames() {
 }
 
 Snapshot Tree::snapshot(const std::vector<uint32_t>& keep,
-                        std::vector<std::tuple<uint32_t, uint32_t, double>> rows) {
+                        const std::vector<std::tuple<uint32_t, uint32_t, double>>& rows) {
   describe_native_frames();
   constexpr uint32_t kOut = UINT32_MAX;
   Snapshot s;
   std::lock_guard<std::mutex> g(mu_);
   const size_t n_nodes = nodes_.size();
   std::vector<uint32_t> dense(n_nodes, kOut);  // tree id -> the snapshot's (0 until numbered)
-  s.metrics = std::move(rows);
   for (size_t i = 0; i < n_nodes; ++i) {
     const std::vector<double>& m = nodes_[i].metrics;
     for (size_t k = 0; k < m.size(); ++k)
-      if (m[k] != 0.0)
+      if (m[k] != 0.0) {
         s.metrics.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(k), m[k]);
+        dense[i] = 0;
+      }
   }
-  size_t kept = 0;
-  for (const auto& r : s.metrics)  // (zeros, and rows of a node the tree never had, dropped)
+  for (const auto& r : rows)  // (zeros, and rows of a node the tree never had, dropped)
     if (std::get<0>(r) < n_nodes && std::get<2>(r) != 0.0) {
       dense[std::get<0>(r)] = 0;
-      s.metrics[kept++] = r;
+      s.metrics.push_back(r);
     }
-  s.metrics.resize(kept);
   for (uint32_t node : keep)
     if (node < n_nodes) dense[node] = 0;
   if (n_nodes > 0) dense[0] = 0;  // the root

@@ -98,7 +98,7 @@ class Tree {
   // rebuild in Python, every context any earlier session of the process made. Native frames
   // added since the last snapshot are symbolized first, outside the lock (it reads files).
   Snapshot snapshot(const std::vector<uint32_t>& keep,
-                    std::vector<std::tuple<uint32_t, uint32_t, double>> rows);
+                    const std::vector<std::tuple<uint32_t, uint32_t, double>>& rows);
   size_t size();  // contexts, every session's
   // Symbolizes native frames added since the last call (outside the lock; see snapshot()).
   void describe_native_frames();

@@ -91,8 +91,7 @@ class TreeBuilder:
         if inductor.active():  # torch.compile ran: kernels under their source lines
             self._tree = None
             tree = CallingContextTree(metadata)
-            return _off_the_root(_build_compiled(tree, inductor.snapshot_state(), raw, made,
-                                                 metric_names, metrics))
+            return _off_the_root(_build_compiled(tree, inductor.snapshot_state(), raw, made))
         tree, mapped = self._tree_to_extend(ids, fresh)
         extended = tree is self._tree
         here = [0] * len(nodes)  # the snapshot's node -> the tree's
@@ -136,10 +135,10 @@ class TreeBuilder:
         return tree, mapped
 
 
-def _build_compiled(tree: CallingContextTree, state: Any, raw: Any, made: list[Frame],
-                    metric_names: Any, metrics: Any) -> CallingContextTree:
+def _build_compiled(tree: CallingContextTree, state: Any, raw: Any,
+                    made: list[Frame]) -> CallingContextTree:
     placer = Placer(state, tree)
-    nodes, ids = raw[0], raw[4]
+    nodes, _, metric_names, metrics, ids = raw
     placed = placer.build(nodes, made, _folds)
     for node, mid, value in metrics:
         name = metric_names[mid]
