@@ -4,6 +4,9 @@ into their callers, and time that folds all the way to the root is kept under a 
 import runpy
 import sys
 
+import pytest
+
+from deepcontext.capture import inductor
 from deepcontext.capture.snapshot import NO_FRAME, TreeBuilder, build_tree
 from deepcontext.render.exporters._common import walk_paths
 
@@ -126,3 +129,55 @@ def test_the_cores_own_frameless_node_is_extended_like_any_other():
     assert second is first
     (marker,) = [n for n in second.nodes if n.frame == NO_FRAME]
     assert marker.metrics == {"cpu.time": 0.5}
+
+
+# -- after torch.compile ran in the process -----------------------------------------------------
+WRAPPER = "/tmp/torchinductor_u/ab/cabcdefgh.py"  # (Inductor's path for a generated wrapper)
+DYNAMO = "/site-packages/torch/_dynamo/convert_frame.py"
+
+
+@pytest.fixture
+def compiled_earlier(monkeypatch):
+    """Inductor's state as an earlier session of the process leaves it: its wrapper was seen
+    (its code may run again), and this session compiled nothing."""
+    state = inductor.snapshot_state()
+    monkeypatch.setattr(state, "wrappers", {WRAPPER: {}})
+    monkeypatch.setattr(state, "compiles", [])
+    monkeypatch.setattr(state, "open", [])
+    assert inductor.active()
+
+
+def with_helper_in(file, name="helper"):
+    nodes, frames, names, _, ids = grown([])
+    frames = frames[:3] + [("python", name, file, 20, "")]
+    return nodes, frames, names, [(2, 0, 0.5), (3, 1, 4.0)], ids
+
+
+def test_an_eager_session_after_a_compiled_one_extends_its_tree(compiled_earlier):
+    b = TreeBuilder()
+    first = b.build(raw([(2, 0, 0.5)]), {}, fresh=False)
+    second = b.build(grown([(2, 0, 0.75), (3, 1, 4.0)]), {}, fresh=False)
+    assert second is first and "torch_compile" not in second.metadata
+    assert paths(second) == paths(build_tree(grown([(2, 0, 0.75), (3, 1, 4.0)]), {}))
+
+
+@pytest.mark.parametrize("file, name", [(WRAPPER, "call"), (DYNAMO, "_compile")])
+def test_a_session_that_runs_compiled_code_or_compiles_is_placed(compiled_earlier, file, name):
+    # a frame of the earlier session's wrapper (its code ran again), or where Dynamo compiles
+    b = TreeBuilder()
+    first = b.build(with_helper_in(file, name), {}, fresh=False)
+    assert first.metadata["torch_compile"]["compiles"] == []
+    assert b.build(with_helper_in(file, name), {}, fresh=False) is not first  # (whole)
+    (node,) = [n for n in first.nodes if n.frame.file == file]
+    if file == WRAPPER:
+        assert node.frame.extra == (("generated", "inductor"),)
+    else:  # under the compilation's markers
+        assert [f.name for f in first.path(node.id)][-3:] == ["compile", "compile: dynamo", name]
+
+
+def test_a_frame_of_torch_compile_where_no_compilation_starts_needs_no_placement(compiled_earlier):
+    # Dynamo's frame callback runs for every new frame under a compiled region and mostly skips
+    b = TreeBuilder()
+    first = b.build(with_helper_in(DYNAMO, "__call__"), {}, fresh=False)
+    assert b.build(with_helper_in(DYNAMO, "__call__"), {}, fresh=False) is first
+    assert "torch_compile" not in first.metadata

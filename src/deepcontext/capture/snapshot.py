@@ -8,6 +8,7 @@ from typing import Any
 from ..tree.cct import CallingContextTree
 from ..tree.frame import MARKER, PYTHON, Frame
 from . import inductor
+from .inductor import placement
 from .inductor.placement import Placer
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,9 +73,10 @@ class TreeBuilder:
     it builds and writes (the program's thread waits for it), so after the first build only
     what changed is done again: frames and contexts new since the last snapshot are added to
     the same tree, and every metric is set anew. A context that lost its metrics (a schedule's
-    warm-up rolled back), a root marker whose time went, or torch.compile's placement builds
-    the tree whole, as does ``fresh`` (the final flush: node ids then follow the core's order,
-    whatever the flushes' timing was; monitor.snapshot_tree passes it with the JAX layer too).
+    warm-up rolled back), a root marker whose time went, or torch.compile's placement (a
+    session that compiled, or ran compiled code: ``placement.needed``) builds the tree whole,
+    as does ``fresh`` (the final flush: node ids then follow the core's order, whatever the
+    flushes' timing was; monitor.snapshot_tree passes it with the JAX layer too).
 
     A snapshot holds only the contexts that carry a metric (and their ancestors), numbered
     densely; its last part gives each one's id in the core, which stays the same from one
@@ -88,7 +90,8 @@ class TreeBuilder:
     def build(self, raw: Any, metadata: dict[str, Any], fresh: bool = True) -> CallingContextTree:
         nodes, frames, metric_names, metrics, ids = raw
         made = [self._frame(row) for row in frames]
-        if inductor.active():  # torch.compile ran: kernels under their source lines
+        # torch.compile ran in this session, or its code: kernels under their source lines
+        if inductor.active() and placement.needed(inductor.snapshot_state(), made):
             self._tree = None
             tree = CallingContextTree(metadata)
             return _off_the_root(_build_compiled(tree, inductor.snapshot_state(), raw, made))

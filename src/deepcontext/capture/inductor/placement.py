@@ -63,6 +63,35 @@ def _phase(frame: Frame) -> tuple[int, bool]:
     return -1, False
 
 
+def _generated(state: _State, file: str) -> bool:
+    """Whether ``file`` is code Inductor generated (a wrapper)."""
+    return (file in state.wrappers or bool(_GENERATED.search(file))
+            or bool(state.cache_dir and file.startswith(state.cache_dir) and file.endswith(".py")))
+
+
+# The parts of a path under which a compilation can start (_PHASE_RULES' entries): a frame in
+# no such file opens no phase.
+_ENTRY_PARTS = ("_dynamo", "_functorch", "_inductor", "triton")
+
+
+def needed(state: _State, frames: list[Frame]) -> bool:
+    """Whether placing a snapshot with these frames changes it: a compilation in the session, a
+    frame of generated code, or a frame where a compilation starts. An eager session after a
+    compiled one in the same process needs none, and its flushes build incrementally."""
+    if state.compiles or state.open:
+        return True
+    by_file: dict[str, list[Frame]] = {}
+    for frame in frames:
+        if frame.kind == PYTHON:
+            by_file.setdefault(frame.file, []).append(frame)
+    for file, here in by_file.items():
+        if _generated(state, file):
+            return True
+        if any(part in file for part in _ENTRY_PARTS) and any(_phase(f)[1] for f in here):
+            return True
+    return False
+
+
 class Placer:
     def __init__(self, state: _State, tree: CallingContextTree) -> None:
         self.state = state
@@ -71,9 +100,7 @@ class Placer:
         self.mapped_calls: set[tuple[str, int]] = set()
 
     def generated(self, file: str) -> bool:
-        return (file in self.state.wrappers or bool(_GENERATED.search(file))
-                or bool(self.state.cache_dir and file.startswith(self.state.cache_dir)
-                        and file.endswith(".py")))
+        return _generated(self.state, file)
 
     def sources(self, file: str, line: int) -> list[tuple[Frame, ...]] | None:
         """The distinct source stacks of the kernel called at ``file:line`` (None: not a kernel
