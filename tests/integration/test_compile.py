@@ -148,3 +148,12 @@ def test_analyzer_does_not_call_the_compile_host_latency(runs):
     assert not [f for f in findings if f["rule"] == "cpu-latency"]
     compile_notes = [f for f in findings if f["rule"] == "compile-time"]
     assert len(compile_notes) == 1 and compile_notes[0]["severity"] == "note"
+
+
+def test_code_compiled_before_the_session_keeps_its_wrapper_frames_tagged(tmp_path):
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "compiled_before_session.py"),
+                           str(tmp_path / "p.dcprof")], capture_output=True, text=True,
+                          env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+                               "TORCHINDUCTOR_COMPILE_THREADS": "1"}, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "ok"

@@ -90,8 +90,9 @@ class TreeBuilder:
     def build(self, raw: Any, metadata: dict[str, Any], fresh: bool = True) -> CallingContextTree:
         nodes, frames, metric_names, metrics, ids = raw
         made = [self._frame(row) for row in frames]
-        # torch.compile ran in this session, or its code: kernels under their source lines
-        if inductor.active() and placement.needed(inductor.snapshot_state(), made):
+        # torch.compile ran in this session, or its code (compiled before it, maybe before any
+        # session): kernels under their source lines, generated frames tagged
+        if placement.needed(inductor.snapshot_state(), made):
             self._tree = None
             tree = CallingContextTree(metadata)
             return _off_the_root(_build_compiled(tree, inductor.snapshot_state(), raw, made))
