@@ -47,7 +47,7 @@ def small_tree():
 
 def test_every_builtin_rule_has_id_category_description_and_justified_thresholds():
     rules = builtin_rules()
-    assert len({r.id for r in rules}) == len(rules) == 23
+    assert len({r.id for r in rules}) == len(rules) == 24
     assert {r.category for r in rules} <= set(CATEGORIES)
     for r in rules:
         assert r.description and r.thresholds

@@ -1,6 +1,7 @@
 """A function compiled by torch.compile before any session (the usual warm-up), then profiled:
 no provenance was recorded when it compiled, so its kernels stay under the line that calls it,
-but the generated wrapper's frames are still known for what they are. Prints "ok".
+but the generated wrapper's frames are still known for what they are, and the analyzer says why
+the kernels have no source lines. Prints "ok".
 
 Usage: compiled_before_session.py OUTPUT
 """
@@ -11,6 +12,7 @@ import torch
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
 import deepcontext
+from deepcontext.analysis import analyze
 from deepcontext.tree import load, views
 
 CALLS = 5
@@ -43,4 +45,8 @@ assert [(fr.name, fr.line) for fr in folded.path(mm.id)] == [
     ("<module>", line), ("Torch-Compiled Region: 0/0", 0), ("f", f.__code__.co_firstlineno),
     ("aten::mm", 0)]
 assert mm.metrics["op.count"] == CALLS
+# the analyzer says why, at the call
+(note,) = [f for f in analyze(tree) if f.rule == "compile-provenance"]
+assert note.title == "1 of 1 compiled kernel call sites have no source lines", note.title
+assert (note.location.file, note.location.line) == (__file__, line), note.location
 print("ok")

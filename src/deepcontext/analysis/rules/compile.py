@@ -178,4 +178,43 @@ class GraphBreakRule(Rule):
         return out
 
 
-RULES = [CompileTimeRule, RecompileChurnRule, GraphBreakRule]
+class CompileProvenanceRule(Rule):
+    id = "compile-provenance"
+    category = "compile"
+    description = ("Compiled kernels without the source lines they were fused from: the code "
+                   "was compiled before the profile began (a note on what the profile shows).")
+
+    def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
+        info = _info(ctx)
+        missing, sites = (int(info.get(k) or 0) for k in ("kernel_calls_without_provenance",
+                                                          "kernel_calls"))
+        if missing <= 0:
+            return
+        regions = [n.id for n in ctx.tree.nodes if n.frame.kind == OP
+                   and n.frame.name.startswith("Torch-Compiled Region")]
+        gpu = ctx.inc("gpu.time")
+        top = max(regions, key=lambda n: max(ctx.host_time(n), gpu[n]), default=0)
+        node = ctx.owner[top] if top > 0 and ctx.owner[top] > 0 else top
+        compiled_here = bool(info.get("compiles"))
+        why = ("some of them were compiled without Inductor's provenance (a cache entry made "
+               "outside a session, or a program that set cpp.enable_kernel_profile itself)"
+               if compiled_here else
+               "the code was compiled before the profile began, when nothing recorded where "
+               "each kernel came from")
+        yield ctx.finding(
+            self, node, severity="note",
+            title=f"{missing} of {sites} compiled kernel call sites have no source lines",
+            message=(f"{missing} of the {sites} kernel calls in Inductor's generated code that "
+                     f"the profile saw carry no source lines: {why}. Their time stays with the "
+                     f"compiled function called at {ctx.where(node)}"
+                     + ("" if compiled_here else ", and on the CPU its fused C++ kernels are "
+                        "not timed as operators") + "."),
+            evidence={"kernel_call_sites": sites, "without_source_lines": missing},
+            suggestion=("start profiling before the compiled function's first call (a "
+                        "schedule's wait steps can cover the compilation) so that each kernel "
+                        "sits under the lines fused into it"),
+            gain_seconds=0.0,
+            method="not a cost: what the profile can attribute")
+
+
+RULES = [CompileTimeRule, RecompileChurnRule, GraphBreakRule, CompileProvenanceRule]
