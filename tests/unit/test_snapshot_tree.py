@@ -167,12 +167,28 @@ def test_a_session_that_runs_compiled_code_or_compiles_is_placed(compiled_earlie
     b = TreeBuilder()
     first = b.build(with_helper_in(file, name), {}, fresh=False)
     assert first.metadata["torch_compile"]["compiles"] == []
-    assert b.build(with_helper_in(file, name), {}, fresh=False) is not first  # (whole)
     (node,) = [n for n in first.nodes if n.frame.file == file]
     if file == WRAPPER:
         assert node.frame.extra == (("generated", "inductor"),)
     else:  # under the compilation's markers
         assert [f.name for f in first.path(node.id)][-3:] == ["compile", "compile: dynamo", name]
+
+
+def test_a_placed_tree_is_extended_to_what_a_whole_placement_gives(compiled_earlier):
+    b = TreeBuilder()
+    nodes, frames, names, metrics, ids = with_helper_in(WRAPPER, "call")
+    first = b.build((nodes, frames, names, metrics, ids), {"flush": 1}, fresh=False)
+    (call,) = [n.id for n in first.nodes if n.frame.file == WRAPPER]
+    # the next flush: more time in the call, and a new context below it (an operator)
+    grown = (nodes + [(3, 4)], frames + [("op", "aten::mm", "", 0, "")], names,
+             [(2, 0, 0.75), (3, 1, 4.0), (4, 1, 6.0)], ids + [7])
+    second = b.build(grown, {"flush": 2}, fresh=False)
+    assert second is first and second.nodes[call].frame.file == WRAPPER
+    assert second.metadata["flush"] == 2 and second.metadata["torch_compile"]["kernel_calls"] == 0
+    assert paths(second) == paths(b.build(grown, {}, fresh=True))
+    # a context placed before is gone from the snapshot (a warm-up rolled back): placed anew
+    assert b.build((nodes[:3], frames[:3], names, [(2, 0, 0.5)], ids[:3]), {},
+                   fresh=False) is not second
 
 
 def test_a_frame_of_torch_compile_where_no_compilation_starts_needs_no_placement(compiled_earlier):

@@ -73,10 +73,11 @@ class TreeBuilder:
     it builds and writes (the program's thread waits for it), so after the first build only
     what changed is done again: frames and contexts new since the last snapshot are added to
     the same tree, and every metric is set anew. A context that lost its metrics (a schedule's
-    warm-up rolled back), a root marker whose time went, or torch.compile's placement (a
-    session that compiled, or ran compiled code: ``placement.needed``) builds the tree whole,
-    as does ``fresh`` (the final flush: node ids then follow the core's order, whatever the
-    flushes' timing was; monitor.snapshot_tree passes it with the JAX layer too).
+    warm-up rolled back) or a root marker whose time went builds the tree whole, as does
+    ``fresh`` (the final flush: node ids then follow the core's order, whatever the flushes'
+    timing was; monitor.snapshot_tree passes it with the JAX layer too). A session that
+    compiled, or ran compiled code (``placement.needed``), goes through torch.compile's
+    placement, extended the same way.
 
     A snapshot holds only the contexts that carry a metric (and their ancestors), numbered
     densely; its last part gives each one's id in the core, which stays the same from one
@@ -86,6 +87,7 @@ class TreeBuilder:
         self._frames: dict[tuple, Frame] = {}  # the core's frame rows, made once
         self._tree: CallingContextTree | None = None
         self._mapped: dict[int, int] = {}  # the core's node id -> the tree's
+        self._placer: Placer | None = None  # torch.compile's placement, with its tree
 
     def build(self, raw: Any, metadata: dict[str, Any], fresh: bool = True) -> CallingContextTree:
         nodes, frames, metric_names, metrics, ids = raw
@@ -94,8 +96,8 @@ class TreeBuilder:
         # session): kernels under their source lines, generated frames tagged
         if placement.needed(inductor.snapshot_state(), made):
             self._tree = None
-            tree = CallingContextTree(metadata)
-            return _off_the_root(_build_compiled(tree, inductor.snapshot_state(), raw, made))
+            return self._build_placed(raw, made, metadata, fresh)
+        self._placer = None
         tree, mapped = self._tree_to_extend(ids, fresh)
         extended = tree is self._tree
         here = [0] * len(nodes)  # the snapshot's node -> the tree's
@@ -121,6 +123,41 @@ class TreeBuilder:
         self._tree, self._mapped = tree, mapped
         return _off_the_root(tree)
 
+    def _build_placed(self, raw: Any, made: list[Frame], metadata: dict[str, Any],
+                      fresh: bool) -> CallingContextTree:
+        """The tree through torch.compile's placement: the last one extended like a plain
+        build's (its placements kept, contexts new since placed, every metric set anew) where
+        every context placed before is still in the snapshot, else a new one."""
+        nodes, _, metric_names, metrics, ids = raw
+        placer = self._placer
+        extended = not fresh and placer is not None and placer.known.keys() <= set(ids)
+        if extended:
+            placer.tree.clear_metrics()
+        else:
+            placer = self._placer = Placer(inductor.snapshot_state(), CallingContextTree())
+        tree = placer.tree
+        tree.metadata = dict(metadata)
+        placed = placer.build(nodes, made, _folds, ids)
+        for node, mid, value in metrics:
+            name = metric_names[mid]
+            for nid, weight in placed[node]:
+                tree.add_metric(nid, name, value * weight)
+        marker = tree.existing_child(0, NO_FRAME) if extended and not tree.root.metrics else None
+        if marker is not None and all(nid != marker for here in placed for nid, _ in here):
+            # the time that folded onto the root went (a warm-up rolled back): no marker for it
+            return self._build_placed(raw, made, metadata, fresh=True)
+        compiles = placer.add_compiles(placed, {core: i for i, core in enumerate(ids)})
+        placer.add_compile_host()
+        state = placer.state
+        tree.metadata["torch_compile"] = {
+            "compiles": compiles,
+            "graph_breaks": list(state.graph_breaks),
+            "fx_graph_cache": dict(state.fx_cache),
+            "kernel_calls": len(placer.mapped_calls) + len(placer.unmapped_calls),
+            "kernel_calls_without_provenance": len(placer.unmapped_calls),
+        }
+        return _off_the_root(tree)
+
     def _frame(self, row: tuple) -> Frame:
         frame = self._frames.get(row)
         if frame is None:
@@ -137,24 +174,3 @@ class TreeBuilder:
             return CallingContextTree(), {ids[0]: 0} if ids else {}
         tree.clear_metrics()
         return tree, mapped
-
-
-def _build_compiled(tree: CallingContextTree, state: Any, raw: Any,
-                    made: list[Frame]) -> CallingContextTree:
-    placer = Placer(state, tree)
-    nodes, _, metric_names, metrics, ids = raw
-    placed = placer.build(nodes, made, _folds)
-    for node, mid, value in metrics:
-        name = metric_names[mid]
-        for nid, weight in placed[node]:
-            tree.add_metric(nid, name, value * weight)
-    compiles = placer.add_compiles(placed, {core: i for i, core in enumerate(ids)})
-    placer.add_compile_host()
-    tree.metadata["torch_compile"] = {
-        "compiles": compiles,
-        "graph_breaks": list(state.graph_breaks),
-        "fx_graph_cache": dict(state.fx_cache),
-        "kernel_calls": len(placer.mapped_calls) + len(placer.unmapped_calls),
-        "kernel_calls_without_provenance": len(placer.unmapped_calls),
-    }
-    return tree

@@ -98,6 +98,8 @@ class Placer:
         self.tree = tree
         self.unmapped_calls: set[tuple[str, int]] = set()
         self.mapped_calls: set[tuple[str, int]] = set()
+        # each core node placed so far: (placements, phase rank, in a wrapper)
+        self.known: dict[int, tuple[Placements, int, bool]] = {}
 
     def generated(self, file: str) -> bool:
         return _generated(self.state, file)
@@ -122,48 +124,54 @@ class Placer:
         return out
 
     def build(self, nodes: list[tuple[int, int]], made: list[Frame],
-              folds: Callable[[Frame, bool], bool]) -> list[Placements]:
-        """Placements of every node of a snapshot (children always follow parents)."""
-        tree = self.tree
+              folds: Callable[[Frame, bool], bool], ids: list[int]) -> list[Placements]:
+        """Placements of every node of a snapshot (children always follow parents; ``ids``: each
+        node's id in the core). A node placed by an earlier call keeps its placement, so a
+        session's periodic flushes place only the contexts new since the last one."""
         placed: list[Placements] = [[] for _ in nodes]
         placed[0] = [(0, 1.0)]
         # compilation phase rank: -1 outside compilation, -2 below a CUDA graph replay (the
         # capture frames there ran while recording, but the time is the replay's)
         phase = [-1] * len(nodes)
         in_wrapper = [False] * len(nodes)
+        known = self.known
         for i in range(1, len(nodes)):
-            parent, fid = nodes[i]
-            frame = made[fid]
-            here = placed[parent]
-            phase[i], in_wrapper[i] = phase[parent], in_wrapper[parent]
-            if frame.kind != PYTHON:
-                if frame.kind == MARKER and frame.name == "cuda graph":
-                    phase[i] = -2
-                placed[i] = [(tree.child(n, frame), w) for n, w in here]
-                continue
-            if folds(frame, here == [(0, 1.0)]):
-                placed[i] = here
-                continue
-            rank, entry = _phase(frame)
-            if phase[i] != -2 and rank > phase[i] and (phase[i] >= 0 or entry):
-                markers = [] if phase[i] >= 0 else [COMPILE]
-                markers.append(_PHASE_MARKERS[PHASES[rank]])
-                here = [(tree.add_path(markers, n), w) for n, w in here]
-                phase[i] = rank
-            if self.generated(frame.file):
-                frame = Frame.make(PYTHON, frame.name, frame.file, frame.line, generated="inductor")
-                in_wrapper[i] = True
-                here = [(tree.child(n, frame), w) for n, w in here]
-                stacks = self.sources(frame.file, frame.line) if phase[i] < 0 else None
-                if stacks:
-                    share = 1.0 / len(stacks)
-                    here = [(tree.add_path(s, n), w * share) for n, w in here for s in stacks]
-                placed[i] = here
-                continue
-            if in_wrapper[i] and frame.file.startswith("<"):  # Triton's generated launcher
-                frame = Frame.make(PYTHON, frame.name, frame.file, frame.line, generated="triton")
-            placed[i] = [(tree.child(n, frame), w) for n, w in here]
+            got = known.get(ids[i])
+            if got is None:
+                parent, fid = nodes[i]
+                got = known[ids[i]] = self._place(made[fid], placed[parent], phase[parent],
+                                                  in_wrapper[parent], folds)
+            placed[i], phase[i], in_wrapper[i] = got
         return placed
+
+    def _place(self, frame: Frame, here: Placements, phase: int, in_wrapper: bool,
+               folds: Callable[[Frame, bool], bool]) -> tuple[Placements, int, bool]:
+        """A node's placements, phase and whether it runs in a wrapper, from its frame and its
+        parent's."""
+        tree = self.tree
+        if frame.kind != PYTHON:
+            if frame.kind == MARKER and frame.name == "cuda graph":
+                phase = -2
+            return [(tree.child(n, frame), w) for n, w in here], phase, in_wrapper
+        if folds(frame, here == [(0, 1.0)]):
+            return here, phase, in_wrapper
+        rank, entry = _phase(frame)
+        if phase != -2 and rank > phase and (phase >= 0 or entry):
+            markers = [] if phase >= 0 else [COMPILE]
+            markers.append(_PHASE_MARKERS[PHASES[rank]])
+            here = [(tree.add_path(markers, n), w) for n, w in here]
+            phase = rank
+        if self.generated(frame.file):
+            frame = Frame.make(PYTHON, frame.name, frame.file, frame.line, generated="inductor")
+            here = [(tree.child(n, frame), w) for n, w in here]
+            stacks = self.sources(frame.file, frame.line) if phase < 0 else None
+            if stacks:
+                share = 1.0 / len(stacks)
+                here = [(tree.add_path(s, n), w * share) for n, w in here for s in stacks]
+            return here, phase, True
+        if in_wrapper and frame.file.startswith("<"):  # Triton's generated launcher
+            frame = Frame.make(PYTHON, frame.name, frame.file, frame.line, generated="triton")
+        return [(tree.child(n, frame), w) for n, w in here], phase, in_wrapper
 
     def add_compiles(self, placed: list[Placements],
                      index: dict[int, int]) -> list[dict[str, Any]]:
