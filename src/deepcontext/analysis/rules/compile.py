@@ -195,20 +195,16 @@ class CompileProvenanceRule(Rule):
         gpu = ctx.inc("gpu.time")
         top = max(regions, key=lambda n: max(ctx.host_time(n), gpu[n]), default=0)
         node = ctx.owner[top] if top > 0 and ctx.owner[top] > 0 else top
-        compiled_here = bool(info.get("compiles"))
-        why = ("some of them were compiled without Inductor's provenance (a cache entry made "
-               "outside a session, or a program that set cpp.enable_kernel_profile itself)"
-               if compiled_here else
-               "the code was compiled before the profile began, when nothing recorded where "
-               "each kernel came from")
         yield ctx.finding(
             self, node, severity="note",
             title=f"{missing} of {sites} compiled kernel call sites have no source lines",
-            message=(f"{missing} of the {sites} kernel calls in Inductor's generated code that "
-                     f"the profile saw carry no source lines: {why}. Their time stays with the "
-                     f"compiled function called at {ctx.where(node)}"
-                     + ("" if compiled_here else ", and on the CPU its fused C++ kernels are "
-                        "not timed as operators") + "."),
+            message=(f"{missing} of the {sites} kernel call sites in Inductor's generated code "
+                     "that the profile saw carry no source lines: their code was compiled before "
+                     "the profile began, when nothing recorded where each kernel came from (or "
+                     "came from a cache entry made outside a session by a program that turns on "
+                     "cpp.enable_kernel_profile itself). Their time stays with the compiled "
+                     f"function called at {ctx.where(node)}; on the CPU, fused C++ kernels "
+                     "compiled before the profile are not timed as operators at all."),
             evidence={"kernel_call_sites": sites, "without_source_lines": missing},
             suggestion=("start profiling before the compiled function's first call (a "
                         "schedule's wait steps can cover the compilation) so that each kernel "
