@@ -19,6 +19,10 @@ def run(program, *args):
     return proc.stdout.strip().splitlines()[-1]
 
 
+def test_a_sessions_start_is_not_charged_to_the_line_that_starts_it(tmp_path):
+    assert run("session_start_unsampled.py", str(tmp_path / "s.dcprof")) == "ok"
+
+
 def test_schedule_records_only_active_steps(tmp_path):
     # wait=1, warmup=1, active=2, repeat=1 over 6 steps: steps 2 and 3 are recorded
     assert run("api_schedule.py", str(tmp_path / "s.dcprof")) == "2.0"

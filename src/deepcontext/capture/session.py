@@ -176,17 +176,18 @@ class Session:
             self.output.unlink(missing_ok=True)  # no empty file that looks like a profile
             raise
         _active = self
-        inductor.enable()  # torch.compile: provenance and compile timing (docs/torch-compile.md)
-        self._capturing = True
-        if self.schedule is not None:
-            self._apply_phase()
-        self._flush(complete=False)
-        self._signals.install()
-        self._flusher = threading.Thread(target=self._flush_loop, name="deepcontext-flush",
-                                         daemon=True)
-        self._flusher.start()
-        atexit.register(self._atexit)
-        _register_fork_hook()
+        with monitor.own_work():  # (capture starts as this returns, not at monitor.init)
+            inductor.enable()  # torch.compile: provenance, compile timing (docs/torch-compile.md)
+            self._capturing = True
+            if self.schedule is not None:
+                self._apply_phase()
+            self._flush(complete=False)
+            self._signals.install()
+            self._flusher = threading.Thread(target=self._flush_loop, name="deepcontext-flush",
+                                             daemon=True)
+            self._flusher.start()
+            atexit.register(self._atexit)
+            _register_fork_hook()
         return self
 
     def stop(self) -> None:

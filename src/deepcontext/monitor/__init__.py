@@ -16,9 +16,11 @@ callbacks are for tools that need each event and cost a GIL round trip per event
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -63,6 +65,23 @@ def note(text: str) -> None:
         _state["notes"].append(text)
 
 
+@contextlib.contextmanager
+def own_work() -> Iterator[None]:
+    """The profiler's own work on the program's thread (a session's start, loading the torch
+    hook): capture is paused while it runs, so that its CPU samples (160 ms for the first session
+    of a process, which loads the hook) are not charged to the program's line that started it.
+    Nests; afterwards capture is as the session's phase says (paused in a schedule's wait)."""
+    _state["own_work"] = _state.get("own_work", 0) + 1
+    if _state["own_work"] == 1:
+        _core().set_paused(True)
+    try:
+        yield
+    finally:
+        _state["own_work"] -= 1
+        if _state["own_work"] == 0:
+            _core().set_paused(bool(_state.get("paused", False)))
+
+
 def initialized() -> bool:
     return bool(_state["init"])
 
@@ -87,13 +106,19 @@ def init(context: tuple[str, ...] = ("python", "op"), sample_interval: float = 0
     _start_hooks_and_perf(core, hooks, perf and sample_interval > 0)
     core.start(python="python" in context, ops="op" in context, sample=sample_interval > 0,
                interval=sample_interval or 0.01, native="native" in context)
+    _state["paused"] = False
+    with own_work():
+        _init_layers(core, context, sample_interval > 0)
+
+
+def _init_layers(core: Any, context: tuple[str, ...], sample: bool) -> None:
+    """The layers of a started core, and the state the other calls read."""
     from ..capture import threads
 
     threads.install()
     _state["init"] = True
-    _state["paused"] = False
     _state["context"] = context
-    _state["sample"] = sample_interval > 0
+    _state["sample"] = sample
     if "native" in context:
         info = core.native_info()
         _state["native"] = {**info, "mismatches_before": core.splice_mismatches(),
@@ -138,8 +163,12 @@ def _start_hooks_and_perf(core: Any, hooks: tuple[Any, ...], perf: bool) -> None
 
 
 def _enable_torch(torch: Any) -> None:
-    if not _state["init"]:
-        return
+    if _state["init"]:
+        with own_work():
+            _enable_torch_layers(torch)
+
+
+def _enable_torch_layers(torch: Any) -> None:
     if "memory" in _state["context"] and _state["memory"] is None:
         from ..capture import memory
 
@@ -174,8 +203,12 @@ def _torch_hook_failed(e: BaseException) -> None:
 
 
 def _enable_jax(jax: Any) -> None:
-    if not _state["init"] or _state["jax"] is not None:
-        return
+    if _state["init"] and _state["jax"] is None:
+        with own_work():
+            _enable_jax_layer(jax)
+
+
+def _enable_jax_layer(jax: Any) -> None:
     from ..capture.jax import JaxLayer
 
     layer = JaxLayer(_core(), note)
@@ -280,7 +313,8 @@ def pause(paused: bool, *, final: bool = False, in_forked_child: bool = False) -
     handle = None if in_forked_child else _state["tier_handle"]
     if handle is not None and not paused:  # on before the core resumes: no operator missed
         handle.pause(False)
-    _core().set_paused(paused)
+    if not _state.get("own_work"):  # (else own_work's end sets it)
+        _core().set_paused(paused)
     if handle is not None and paused:
         handle.pause(True)
     if final and paused and not in_forked_child:
