@@ -68,7 +68,7 @@ def note(text: str) -> None:
 @contextlib.contextmanager
 def own_work() -> Iterator[None]:
     """The profiler's own work on the program's thread (a session's start, loading the torch
-    hook): capture is paused while it runs, so that its CPU samples (160 ms for the first session
+    hook): capture is paused while it runs, so that its CPU samples (~150 ms for the first session
     of a process, which loads the hook) are not charged to the program's line that started it.
     Nests; afterwards capture is as the session's phase says (paused in a schedule's wait)."""
     _state["own_work"] = _state.get("own_work", 0) + 1
