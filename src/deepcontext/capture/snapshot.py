@@ -9,7 +9,6 @@ from ..tree.cct import CallingContextTree
 from ..tree.frame import MARKER, PYTHON, Frame
 from . import inductor
 from .inductor import placement
-from .inductor.placement import Placer
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,7 +86,7 @@ class TreeBuilder:
         self._frames: dict[tuple, Frame] = {}  # the core's frame rows, made once
         self._tree: CallingContextTree | None = None
         self._mapped: dict[int, int] = {}  # the core's node id -> the tree's
-        self._placer: Placer | None = None  # torch.compile's placement, with its tree
+        self._placer: placement.Placer | None = None  # torch.compile's placement, with its tree
 
     def build(self, raw: Any, metadata: dict[str, Any], fresh: bool = True) -> CallingContextTree:
         nodes, frames, metric_names, metrics, ids = raw
@@ -134,7 +133,8 @@ class TreeBuilder:
         if extended:
             placer.tree.clear_metrics()
         else:
-            placer = self._placer = Placer(inductor.snapshot_state(), CallingContextTree())
+            placer = placement.Placer(inductor.snapshot_state(), CallingContextTree())
+            self._placer = placer
         tree = placer.tree
         tree.metadata = dict(metadata)
         placed = placer.build(nodes, made, _folds, ids)

@@ -36,7 +36,8 @@ DOMAINS = ("torch.op", "jax.op")
 
 _tls = threading.local()
 _state: dict[str, Any] = {"init": False, "notes": [], "torch_tier": None, "tier_handle": None,
-                          "modules": None, "callbacks": {}, "memory": None, "jax": None}
+                          "modules": None, "callbacks": {}, "memory": None, "jax": None,
+                          "own_work": 0, "paused": False}
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def own_work() -> Iterator[None]:
     hook): capture is paused while it runs, so that its CPU samples (~150 ms for the first session
     of a process, which loads the hook) are not charged to the program's line that started it.
     Nests; afterwards capture is as the session's phase says (paused in a schedule's wait)."""
-    _state["own_work"] = _state.get("own_work", 0) + 1
+    _state["own_work"] += 1
     if _state["own_work"] == 1:
         _core().set_paused(True)
     try:
@@ -79,7 +80,7 @@ def own_work() -> Iterator[None]:
     finally:
         _state["own_work"] -= 1
         if _state["own_work"] == 0:
-            _core().set_paused(bool(_state.get("paused", False)))
+            _core().set_paused(_state["paused"])
 
 
 def initialized() -> bool:
@@ -313,7 +314,7 @@ def pause(paused: bool, *, final: bool = False, in_forked_child: bool = False) -
     handle = None if in_forked_child else _state["tier_handle"]
     if handle is not None and not paused:  # on before the core resumes: no operator missed
         handle.pause(False)
-    if not _state.get("own_work"):  # (else own_work's end sets it)
+    if not _state["own_work"]:  # (else own_work's end sets it)
         _core().set_paused(paused)
     if handle is not None and paused:
         handle.pause(True)

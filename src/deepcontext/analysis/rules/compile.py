@@ -29,6 +29,12 @@ def _marker_at(ctx: AnalysisContext, at: dict[str, Any] | None) -> int | None:
     return None
 
 
+def _compiled_regions(ctx: AnalysisContext) -> list[int]:
+    """Dynamo's ``Torch-Compiled Region`` operators: each call of compiled code."""
+    return [n.id for n in ctx.tree.nodes
+            if n.frame.kind == OP and n.frame.name.startswith("Torch-Compiled Region")]
+
+
 def _info(ctx: AnalysisContext) -> dict[str, Any]:
     info = ctx.metadata.get("torch_compile")
     return info if isinstance(info, dict) else {}
@@ -124,9 +130,8 @@ class RecompileChurnRule(Rule):
         """Calls of compiled regions under the line (the ``Torch-Compiled Region`` operator)."""
         if owner <= 0:
             return 0.0
-        return sum(ctx.tree.exclusive(n, "op.count") for n in ctx.descendants(owner)
-                   if ctx.tree.nodes[n].frame.kind == OP
-                   and ctx.tree.nodes[n].frame.name.startswith("Torch-Compiled Region"))
+        under = set(ctx.descendants(owner))
+        return sum(ctx.tree.exclusive(n, "op.count") for n in _compiled_regions(ctx) if n in under)
 
 
 class GraphBreakRule(Rule):
@@ -190,8 +195,7 @@ class CompileProvenanceRule(Rule):
                                                           "kernel_calls"))
         if missing <= 0:
             return
-        regions = [n.id for n in ctx.tree.nodes if n.frame.kind == OP
-                   and n.frame.name.startswith("Torch-Compiled Region")]
+        regions = _compiled_regions(ctx)
         gpu = ctx.inc("gpu.time")
         top = max(regions, key=lambda n: max(ctx.host_time(n), gpu[n]), default=0)
         node = ctx.owner[top] if top > 0 and ctx.owner[top] > 0 else top

@@ -69,9 +69,9 @@ def _generated(state: _State, file: str) -> bool:
             or bool(state.cache_dir and file.startswith(state.cache_dir) and file.endswith(".py")))
 
 
-# The parts of a path under which a compilation can start (_PHASE_RULES' entries): a frame in
-# no such file opens no phase.
-_ENTRY_PARTS = ("_dynamo", "_functorch", "_inductor", "triton")
+# The paths where a compilation can start (_PHASE_RULES' entries): a frame in no such file
+# opens no phase.
+_ENTRY_PARTS = tuple(sorted({part for part, _, _, entry in _PHASE_RULES if entry}))
 
 
 def needed(state: _State, frames: list[Frame]) -> bool:
@@ -87,7 +87,8 @@ def needed(state: _State, frames: list[Frame]) -> bool:
     for file, here in by_file.items():
         if _generated(state, file):
             return True
-        if any(part in file for part in _ENTRY_PARTS) and any(_phase(f)[1] for f in here):
+        path = file.replace("\\", "/")  # (as _phase reads it)
+        if any(part in path for part in _ENTRY_PARTS) and any(_phase(f)[1] for f in here):
             return True
     return False
 
