@@ -7,6 +7,7 @@
 #ifndef NDEBUG
 #define NDEBUG
 #endif
+#include <ATen/Parallel.h>
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
@@ -54,6 +55,26 @@ thread_local uint64_t t_showing, t_shown_hider;  // the scope showing calls, the
 // operator was entered (t_hide_alone): while it holds, a nested call's query is answered
 // without asking torch (its copy of the callback list is most of a query's cost).
 thread_local bool t_alone, t_hide_alone;
+
+// -- intra-op workers ---------------------------------------------------------------------------
+// ATen's intra-op pool runs a share of a kernel on each worker thread, and some kernels call
+// operators there (CPU flash attention's backward allocates its per-thread buffers with
+// aten::empty). Those calls are the kernel's own, as nested calls are: recorded, their first one
+// made the worker a thread of its own, sampled on its own clock, so from then on its share of
+// every kernel landed under `[thread] <name>` at the root instead of under the operator that
+// opened the parallel region (the sampler's worker rule). A worker is known at its first
+// recorded call (inside a parallel region, not its first thread) and hides every call from then
+// on, as an operator hiding its calls does.
+constexpr uint64_t kIntraOpWorker = ~0ull;  // t_hiding of a worker (no RecordFunction's handle)
+thread_local bool t_classified;
+
+[[gnu::noinline]] void classify_thread() {
+  t_classified = true;
+  if (at::in_parallel_region() && at::get_thread_num() != 0) {
+    t_hiding = kIntraOpWorker;
+    t_hide_alone = t_alone;  // (as a hiding operator: the query answers alone while it holds)
+  }
+}
 
 using StepQuery = std::optional<at::StepCallbacks> (*)(at::RecordScope);
 StepQuery g_query = nullptr;     // torch's own getStepCallbacksUnlessEmpty
@@ -203,7 +224,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   // A hidden call that runs a RecordFunction for another profiler's callbacks: still hidden
   // here, so the profile does not depend on whether torch.profiler runs beside it.
   const char* name = fn.name();
-  if (t_hiding != 0 && fn.scope() == at::RecordScope::FUNCTION && !shows_python(name))
+  if (__builtin_expect(!t_classified, 0)) classify_thread();
+  if (t_hiding != 0 && fn.scope() == at::RecordScope::FUNCTION &&
+      (t_hiding == kIntraOpWorker || !shows_python(name)))
     return nullptr;
   enter_op(fn, name);
   if (!g_nested && fn.scope() == at::RecordScope::FUNCTION) {

@@ -159,6 +159,25 @@ def test_cpu_time_of_intra_op_worker_threads_is_sampled(tmp_path):
     assert tree.inclusive(line, "cpu.time") > 0.02
 
 
+def test_operators_called_on_intra_op_workers_leave_their_time_with_the_dispatching_operator(tmp_path):
+    """CPU flash attention's backward calls aten::empty on each intra-op worker. That call is the
+    kernel's own: it is not an event, and the worker stays a worker, its time charged under the
+    attention operators. (Recorded, it made the worker a thread of its own: from then on its
+    share of every kernel went to `[thread] <name>` at the root, half of this program's time.)"""
+    prog = "intraop_worker_calls.py"
+    proc, out = record(tmp_path, prog, options=("--sample-interval", "0.002"))
+    assert proc.returncode == 0, proc.stderr
+    tree = loaded(out)
+    assert [n for n in tree.nodes if n.frame == Frame("op", "aten::empty")] == []
+    (line,) = python_nodes(tree, prog, line_of(prog, "SDPA"))
+    workers = [n for n in tree.walk(line) if n.frame == Frame("thread", "worker")]
+    assert all(tree.nodes[n.parent].frame.kind == "op" for n in workers)
+    under_ops = sum(tree.inclusive(n.id, "cpu.time") for n in workers)
+    at_root = sum(tree.inclusive(c, "cpu.time") for c in tree.nodes[0].children
+                  if tree.nodes[c].frame.kind == "thread")
+    assert under_ops > 0.1 and at_root < under_ops / 4, (under_ops, at_root)
+
+
 def _scope(tree, name):
     (scope,) = [n.id for n in tree.nodes if n.frame.kind == "op" and n.frame.name == name]
     return scope
