@@ -201,9 +201,18 @@ def mib(n: float) -> str:
 
 def machine() -> list[str]:
     with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                   platform.processor())
-    lines = [f"nproc: {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))}), CPU: {cpu}",
+        info = f.read().splitlines()
+
+    def field(name: str) -> str:
+        return next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith(name)), "")
+
+    cpu = field("model name") or platform.processor()
+    # The CPU models train under bf16 autocast: without bf16 instructions a bf16 matmul takes a
+    # slow path (~50x fp32's on an AVX2-only EPYC), which changes what a step is made of.
+    bf16 = any(f in field("flags").split() for f in ("avx512_bf16", "amx_bf16"))
+    lines = [f"nproc: {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))}), CPU: {cpu} "
+             f"(torch's CPU kernels: {torch.backends.cpu.get_cpu_capability()}, "
+             f"bf16 instructions: {'yes' if bf16 else 'no'})",
              (f"python {platform.python_version()}, torch {torch.__version__} "
               f"(threads {torch.get_num_threads()}), deepcontext {deepcontext.__version__}")]
     if torch.cuda.is_available():
