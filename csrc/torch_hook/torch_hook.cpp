@@ -47,14 +47,25 @@ at::CallbackHandle g_handle = 0, g_scope_handle = 0;
 // (Thread-locals are read through TLS descriptors where the build passes -mtls-dialect=gnu2,
 // torch_ops.py: the query below runs for every dispatcher call, hidden ones included; and calls
 // into libtorch through the GOT with -fno-plt, so no PLT stub is one more line to fetch.)
-bool g_nested = true;            // record every operator (the `nested` context layer)
-thread_local uint64_t t_hiding;  // RecordFunction handle of the operator hiding its calls (0: none)
-thread_local uint64_t t_showing, t_shown_hider;  // the scope showing calls, the hider it paused
+bool g_nested = true;  // record every operator (the `nested` context layer)
 
-// Whether ours was the only FUNCTION callback at the last query (t_alone), and when the hiding
-// operator was entered (t_hide_alone): while it holds, a nested call's query is answered
-// without asking torch (its copy of the callback list is most of a query's cost).
-thread_local bool t_alone, t_hide_alone;
+// `hiding` of a thread not classified yet, and of an intra-op worker (below): no RecordFunction
+// has either handle.
+constexpr uint64_t kUnclassified = ~0ull - 1, kIntraOpWorker = ~0ull;
+
+// The hook's state of a thread.
+struct HookThread {
+  // RecordFunction handle of the operator hiding its calls (0: none). A new thread starts
+  // unclassified, so that its first visible call takes the hiding path, where it is classified:
+  // the common call (nothing hidden) pays nothing for it.
+  uint64_t hiding = kUnclassified;
+  uint64_t showing = 0, shown_hider = 0;  // the scope showing calls, the hider it paused
+  // Whether ours was the only FUNCTION callback at the last query (alone), and when the hiding
+  // operator was entered (hide_alone): while it holds, a nested call's query is answered
+  // without asking torch (its copy of the callback list is most of a query's cost).
+  bool alone = false, hide_alone = false;
+};
+thread_local HookThread t_hook;
 
 // -- intra-op workers ---------------------------------------------------------------------------
 // ATen's intra-op pool runs a share of a kernel on each worker thread, and some kernels call
@@ -62,18 +73,14 @@ thread_local bool t_alone, t_hide_alone;
 // aten::empty). Those calls are the kernel's own, as nested calls are: recorded, their first one
 // made the worker a thread of its own, sampled on its own clock, so from then on its share of
 // every kernel landed under `[thread] <name>` at the root instead of under the operator that
-// opened the parallel region (the sampler's worker rule). A worker is known at its first
-// recorded call (inside a parallel region, not its first thread) and hides every call from then
-// on, as an operator hiding its calls does.
-constexpr uint64_t kIntraOpWorker = ~0ull;  // t_hiding of a worker (no RecordFunction's handle)
-thread_local bool t_classified;
-
-[[gnu::noinline]] void classify_thread() {
-  t_classified = true;
-  if (at::in_parallel_region() && at::get_thread_num() != 0) {
-    t_hiding = kIntraOpWorker;
-    t_hide_alone = t_alone;  // (as a hiding operator: the query answers alone while it holds)
-  }
+// opened the parallel region (the sampler's worker rule). A thread is classified at its first
+// call that reaches the hook: a worker (inside ATen's parallel region, not its first thread)
+// hides every call from then on, as an operator hiding its calls does. `alone`: what the
+// call's query found.
+[[gnu::noinline]] void classify_thread(HookThread& th, bool alone) {
+  const bool worker = at::in_parallel_region() && at::get_thread_num() != 0;
+  th.hiding = worker ? kIntraOpWorker : 0;
+  if (worker) th.hide_alone = alone;  // (as a hiding operator: its queries answered at once)
 }
 
 using StepQuery = std::optional<at::StepCallbacks> (*)(at::RecordScope);
@@ -82,17 +89,19 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn);
 
 std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
   const bool function = scope == at::RecordScope::FUNCTION;
-  const bool hidden = function && t_hiding != 0 && t_hide_alone;
+  HookThread& th = t_hook;
+  const bool hidden = function && th.hiding != 0 && th.hide_alone;
   // (One named result, returned on every path and built from torch's in place: with a second
   // returned object, every visible call moved the callback list's small vector once more.)
   std::optional<at::StepCallbacks> cbs =
       hidden ? std::optional<at::StepCallbacks>() : g_query(scope);
   if (function && !hidden) {
     const bool alone = cbs && cbs->callbacks_.size() == 1 && cbs->callbacks_[0].start_ == &on_enter;
-    if (t_hiding != 0 && alone)
+    if (__builtin_expect(th.hiding == kUnclassified, 0)) classify_thread(th, alone);
+    if (th.hiding != 0 && alone)
       cbs.reset();  // another profiler's callbacks (torch.profiler) still see every call
     else
-      t_alone = alone;
+      th.alone = alone;
   }
   return cbs;
 }
@@ -224,20 +233,21 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   // A hidden call that runs a RecordFunction for another profiler's callbacks: still hidden
   // here, so the profile does not depend on whether torch.profiler runs beside it.
   const char* name = fn.name();
-  if (__builtin_expect(!t_classified, 0)) classify_thread();
-  if (t_hiding != 0 && fn.scope() == at::RecordScope::FUNCTION &&
-      (t_hiding == kIntraOpWorker || !shows_python(name)))
-    return nullptr;
+  HookThread& th = t_hook;
+  if (th.hiding != 0 && fn.scope() == at::RecordScope::FUNCTION) {
+    if (th.hiding == kUnclassified) classify_thread(th, th.alone);  // (the nested layer's path)
+    if (th.hiding == kIntraOpWorker || (th.hiding != 0 && !shows_python(name))) return nullptr;
+  }
   enter_op(fn, name);
   if (!g_nested && fn.scope() == at::RecordScope::FUNCTION) {
-    if (!shows_its_calls(name)) {  // (t_hiding is 0 here: a hidden call returned above)
-      t_hiding = fn.handle();
-      t_hide_alone = t_alone;  // what this operator's own query found
-      t_alone = false;
-    } else if (t_hiding != 0 && shows_python(name)) {
-      t_showing = fn.handle();  // (a second level overwrites the first: it then hides less)
-      t_shown_hider = t_hiding;
-      t_hiding = 0;
+    if (!shows_its_calls(name)) {  // (th.hiding is 0 here: a hidden call returned above)
+      th.hiding = fn.handle();
+      th.hide_alone = th.alone;  // what this operator's own query found
+      th.alone = false;
+    } else if (th.hiding != 0 && shows_python(name)) {
+      th.showing = fn.handle();  // (a second level overwrites the first: it then hides less)
+      th.shown_hider = th.hiding;
+      th.hiding = 0;
     }
   }
   if (!is_process_group_op(name) || !g_api->enabled()) return nullptr;
@@ -261,11 +271,12 @@ std::unique_ptr<at::ObserverContext> on_enter_scope(const at::RecordFunction& fn
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-  if (t_hiding == fn.handle()) {
-    t_hiding = 0;
-  } else if (t_showing == fn.handle()) {
-    t_hiding = t_shown_hider;
-    t_showing = 0;
+  HookThread& th = t_hook;
+  if (th.hiding == fn.handle()) {
+    th.hiding = 0;
+  } else if (th.showing == fn.handle()) {
+    th.hiding = th.shown_hider;
+    th.showing = 0;
   }
   if (ctx != nullptr) static_cast<IssuerScope*>(ctx)->guard.reset();
   // An op only peeks at the next sequence number; the one that creates the autograd node
