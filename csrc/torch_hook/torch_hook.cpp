@@ -235,7 +235,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   const char* name = fn.name();
   HookThread& th = t_hook;
   if (th.hiding != 0 && fn.scope() == at::RecordScope::FUNCTION) {
-    if (th.hiding == kUnclassified) classify_thread(th, th.alone);  // (the nested layer's path)
+    if (th.hiding == kUnclassified) classify_thread(th, th.alone);  // (the query not ours: nested)
     if (th.hiding == kIntraOpWorker || (th.hiding != 0 && !shows_python(name))) return nullptr;
   }
   enter_op(fn, name);
