@@ -290,6 +290,13 @@ void disarm_all() {
     if (s->phase.load() != Phase::Free) disarm_locked(s);
 }
 
+void restart_self_timer() {
+  ThreadState* s = t_state;
+  if (s == nullptr) return;
+  std::lock_guard<std::mutex> g(g_mu);
+  if (s->has_timer && s->phase.load() == Phase::Armed) detail::restart_timer(s->timer);
+}
+
 bool armed_wanted() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_armed;

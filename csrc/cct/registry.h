@@ -51,6 +51,9 @@ void ignore(pid_t tid);
 void arm_all();
 void disarm_all();
 bool armed_wanted();
+// The calling thread's timer, if armed, counts its next sample from now (capture resuming after
+// the profiler's own work on this thread: see capture.cpp's set_paused).
+void restart_self_timer();
 
 // Sampler thread upkeep: new thread ids under /proc/self/task become Polled workers; states
 // whose thread is gone are drained and reaped.

@@ -182,17 +182,21 @@ bool create_timer(ThreadState* s) {
   sev._sigev_un._tid = s->tid;
 #endif
   if (timer_create(s->clock, &sev, &s->timer) != 0) return false;
-  struct itimerspec its;
-  auto ns = static_cast<long>(g_opts.sample_interval * 1e9);
-  its.it_interval.tv_sec = ns / 1000000000L;
-  its.it_interval.tv_nsec = ns % 1000000000L;
-  its.it_value = its.it_interval;
-  if (timer_settime(s->timer, 0, &its, nullptr) != 0) {
+  if (!restart_timer(s->timer)) {
     timer_delete(s->timer);
     return false;
   }
   s->has_timer = true;
   return true;
+}
+
+bool restart_timer(timer_t timer) {
+  struct itimerspec its;
+  auto ns = static_cast<long>(g_opts.sample_interval * 1e9);
+  its.it_interval.tv_sec = ns / 1000000000L;
+  its.it_interval.tv_nsec = ns % 1000000000L;
+  its.it_value = its.it_interval;
+  return timer_settime(timer, 0, &its, nullptr) == 0;
 }
 
 void delete_timer(ThreadState* s) {
