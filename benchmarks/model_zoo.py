@@ -25,8 +25,16 @@ def _need(module: str):
         raise MissingLibrary(f"{module} is not installed ({e})") from None
 
 
+# Whether the training steps run under bf16 autocast (models.py --autocast): people do on a GPU
+# and on a CPU with bf16 instructions; on one without them a bf16 matmul takes a slow path (~50x
+# fp32's on an AVX2-only EPYC), which nobody would train with and which buries the step's
+# operator work under a few slow kernels.
+AUTOCAST = True
+
+
 def _train(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor], dev: str,
            bf16: bool = True) -> Step:
+    bf16 = bf16 and AUTOCAST
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     dtype = torch.bfloat16 if bf16 else torch.float32
     kind = "cuda" if dev.startswith("cuda") else "cpu"

@@ -34,7 +34,7 @@ from pathlib import Path
 import model_zoo
 import threads
 import torch
-from overhead import machine, mib
+from overhead import cpu_has_bf16, machine, mib
 
 import deepcontext
 
@@ -157,6 +157,9 @@ def main() -> int:
     p.add_argument("--small", action="store_true", help="CPU-sized configs")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--threads", type=int)
+    p.add_argument("--autocast", choices=["auto", "bf16", "off"], default="auto",
+                   help="the training steps' bf16 autocast (auto: on a GPU, or on a CPU with bf16 "
+                        "instructions; else the steps run in fp32)")
     p.add_argument("--markdown")
     p.add_argument("--json")
     p.add_argument("--growth", metavar="STEPS",
@@ -172,6 +175,9 @@ def main() -> int:
         p.error(f"--versus {args.versus}: not one of the --mode values")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.autocast == "auto":
+        args.autocast = "bf16" if args.device.startswith("cuda") or cpu_has_bf16() else "off"
+    model_zoo.AUTOCAST = args.autocast == "bf16"
     torch.manual_seed(0)
     steps, skipped = {}, {}
     for name in args.models.split(","):
@@ -209,6 +215,7 @@ def main() -> int:
         Path(args.markdown).write_text(text)
     if args.json:
         Path(args.json).write_text(json.dumps({"command": args.command, "machine": machine(),
+                                               "autocast": args.autocast,
                                                "results": results, "skipped": skipped}, indent=1))
     return 0
 
@@ -221,6 +228,8 @@ def report(results: dict, modes: list[str], skipped: dict, args) -> str:
     out = [f"# Overhead on third-party models, {args.device}, "
            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "", f"Command: `{args.command}`", ""]
     out += [f"- {line}" for line in machine()]
+    out += ["- training steps: " + ("bf16 autocast" if args.autocast == "bf16" else
+                                    "fp32 (no autocast)")]
     out += [f"- {args.rounds} rounds; in each, one block per mode in rotated order; ratios are "
             "paired with the unprofiled block of the same round, then the median over rounds "
             "(min-max beside it). CPU = the CPU time per step of the threads that run it: the main "

@@ -199,17 +199,20 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if abs(n) >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
-def machine() -> list[str]:
+def _cpuinfo(name: str) -> str:
     with open("/proc/cpuinfo") as f:
-        info = f.read().splitlines()
+        return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith(name)), "")
 
-    def field(name: str) -> str:
-        return next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith(name)), "")
 
-    cpu = field("model name") or platform.processor()
-    # The CPU models train under bf16 autocast: without bf16 instructions a bf16 matmul takes a
-    # slow path (~50x fp32's on an AVX2-only EPYC), which changes what a step is made of.
-    bf16 = any(f in field("flags").split() for f in ("avx512_bf16", "amx_bf16"))
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (without them a bf16 matmul takes a slow path, ~50x
+    fp32's on an AVX2-only EPYC, which changes what a bf16 training step is made of)."""
+    return any(f in _cpuinfo("flags").split() for f in ("avx512_bf16", "amx_bf16"))
+
+
+def machine() -> list[str]:
+    cpu = _cpuinfo("model name") or platform.processor()
+    bf16 = cpu_has_bf16()
     lines = [f"nproc: {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))}), CPU: {cpu} "
              f"(torch's CPU kernels: {torch.backends.cpu.get_cpu_capability()}, "
              f"bf16 instructions: {'yes' if bf16 else 'no'})",
