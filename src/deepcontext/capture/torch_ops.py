@@ -96,7 +96,7 @@ def build_extension(torch: Any, name: str, source: Path, includes: list[Path],
         cflags = _built_with(build, name)
         if cflags is None:
             say(f"deepcontext: compiling {what} for torch {torch.__version__} "
-                f"(once per torch version, about 20 s)")
+                f"(once per torch version, 20-40 s)")
             cflags = ["-O2", *_fast_call_flags()]
             # (before the .so exists; written whole, so no reader sees it part-written)
             tmp = build / (FLAGS_FILE + ".tmp")
@@ -192,7 +192,7 @@ def _built(name: str) -> bool:
 
 def build_before_start(python: str, env: dict[str, str]) -> bool:
     """Build the hook for the program's interpreter before the program starts (``record``), so
-    the 20 s first-use compile never runs inside the program's own ``import torch``.
+    the first-use compile (20-40 s) never runs inside the program's own ``import torch``.
 
     Returns False only when the build failed (the program should use the dispatch tier and not
     try again); True when it is built, there is no torch, or this cannot be decided here (the

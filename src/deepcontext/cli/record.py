@@ -154,7 +154,7 @@ def _program_python(command: list[str]) -> str | None:
 
 def _build_torch_hook(command: list[str], env: dict[str, str]) -> None:
     """Build the compiled operator hook now, before the program runs, so its first-use compile
-    (about 20 s) never happens inside the program's ``import torch``. If the build fails, the
+    (20-40 s) never happens inside the program's ``import torch``. If the build fails, the
     program uses the dispatch tier at once instead of failing the same build again."""
     from ..capture import torch_ops
 
