@@ -226,3 +226,21 @@ def test_record_function_blocks_keep_their_lines(tmp_path):
     assert loops
     assert sum(_op_count(tree, n, "aten::addcdiv_") for n in loops) == 3 * 4
     assert _op_count(tree, step, "aten::addcdiv_") == 3 * 4
+
+
+def test_a_program_that_profiles_itself_runs_as_alone_under_record(tmp_path):
+    program = "own_session_under_record.py"
+    proc, out = record(tmp_path, program, options=("--context", "python,op"))
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "done\n"
+    said = [ln for ln in proc.stderr.splitlines() if "records nothing" in ln]
+    assert said == [f"deepcontext: the program's own session ({name}) records nothing: "
+                    f"`deepcontext record` profiles the whole run into {out.name}"
+                    for name in ("own.dcprof", "own2.dcprof")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    tree = loaded(out)
+    assert tree.metadata["steps"] == 6  # the program's steps, counted in record's profile
+    for marker, calls in (("MM", 6), ("MM2", 1)):  # every step, the schedule's waits included
+        (node,) = python_nodes(tree, program, line_of(program, marker))
+        ops = children_named(tree, node, "op", "aten::matmul")
+        assert [tree.exclusive(c, "op.count") for c in ops] == [calls]

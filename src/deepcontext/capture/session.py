@@ -153,16 +153,27 @@ class Session:
         self._write_failed = False
         self._capturing = False
         self.announce = False  # say where the profile went (record)
+        self._deferred_to: Session | None = None  # record's session, which this one defers to
         self.after_stop: Callable[[Session], None] | None = None  # e.g. show it in a notebook
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> Session:
         global _active
+        if _active is not None and _active.announce and self._deferred_to is None:
+            # `deepcontext record` profiles this program, which starts a session of its own:
+            # record's covers the whole run, so the program's defers to it (its steps counted
+            # there) rather than fail the program it measures.
+            self._deferred_to = _active
+            own = paste_safe(_shown_path(self.output))
+            print(f"deepcontext: the program's own session ({own}) records nothing: "
+                  f"`deepcontext record` profiles the whole run into {paste_safe(_active._shown)}",
+                  file=sys.stderr, flush=True)
+            return self
         if _active is not None:
             raise DeepContextError(
                 f"deepcontext is already profiling this process into {_active.output}; "
                 "stop that session first")
-        if self._writer is not None or self._stop_event.is_set():
+        if self._writer is not None or self._stop_event.is_set() or self._deferred_to:
             raise DeepContextError("this profiling session was already started; create a new one")
         self._writer = ProfileWriter(self.output, force=self.force)
         self._shown = _shown_path(self.output)  # before the program can chdir
@@ -219,6 +230,9 @@ class Session:
 
     def step(self) -> None:
         """Mark the end of a training step; applies the schedule."""
+        if self._deferred_to is not None:
+            self._deferred_to.step()
+            return
         self.step_num += 1
         if self.schedule is not None:
             self._apply_phase()
