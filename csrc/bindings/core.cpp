@@ -138,6 +138,7 @@ NB_MODULE(_core, m) {
   }, "gpu_wait"_a = 5.0, "Stop capture; GPU records still in flight are awaited up to gpu_wait s.");
   m.def("enabled", &dc::is_enabled);
   m.def("set_paused", &dc::set_paused, "paused"_a);
+  m.def("drop_pending_sample", &dc::drop_pending_sample);
   m.def("reset_metrics", [] {
     dc::reset_metrics();
     dc::memory::reset_metrics();

@@ -77,14 +77,10 @@ void stop() {
 bool is_enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 void set_paused(bool paused) {
-  if (!g_started.load()) return;
-  // Linux checks CPU-time timers at the scheduler tick (4 ms), so one signal can carry several
-  // intervals as overrun (a sample's weight). The first after a pause would carry the CPU time
-  // this thread spent paused (the profiler's own work: a session's start) and charge it to the
-  // program's line where the signal lands; restarted, the timer counts from here.
-  if (!paused) registry::restart_self_timer();
-  g_enabled.store(!paused);
+  if (g_started.load()) g_enabled.store(!paused);
 }
+
+void drop_pending_sample() { registry::drop_self_pending_expiry(); }
 
 void reset_metrics() {
   registry::drain_all();

@@ -22,6 +22,13 @@ bool is_enabled();
 // Pause keeps timers and hooks installed but records nothing (schedule wait phases); threads
 // seen meanwhile are registered and armed, so they are measured once recording resumes.
 void set_paused(bool paused);
+// The end of the profiler's own work on the calling thread (monitor.own_work), before capture
+// resumes. Linux checks CPU-time timers at the scheduler tick (4 ms), so a sample's signal comes
+// up to a tick after its expiry (and can carry more intervals as overrun): an expiry in the
+// last tick of the own work would be charged to the program's line where the signal lands. It
+// is dropped. (A schedule's wait keeps its pending expiries: the active steps' own expiries that
+// land in the next wait are lost the same way, and the two cancel.)
+void drop_pending_sample();
 // Zeroes every metric, keeping the nodes (a new session).
 void reset_metrics();
 // Schedules: save the metrics when a warm-up begins, restore them when it ends.

@@ -36,6 +36,8 @@ bool create_timer(ThreadState* s);  // registry lock held
 void delete_timer(ThreadState* s);  // registry lock held
 // Sets `timer` to its first expiry one interval of CPU time from now, overruns counted afresh.
 bool restart_timer(timer_t timer);
+// Restarts `timer` if it has expired and its signal is still to come (see set_paused).
+void drop_pending_expiry(timer_t timer);
 void install_handler();
 // Folds s's buffered samples into the tree (the registry's drain lock held; never from a
 // handler or a TLS destructor). Symbols are looked up before the tree lock is taken.

@@ -290,11 +290,11 @@ void disarm_all() {
     if (s->phase.load() != Phase::Free) disarm_locked(s);
 }
 
-void restart_self_timer() {
+void drop_self_pending_expiry() {
   ThreadState* s = t_state;
   if (s == nullptr) return;
   std::lock_guard<std::mutex> g(g_mu);
-  if (s->has_timer && s->phase.load() == Phase::Armed) detail::restart_timer(s->timer);
+  if (s->has_timer && s->phase.load() == Phase::Armed) detail::drop_pending_expiry(s->timer);
 }
 
 bool armed_wanted() {

@@ -51,9 +51,9 @@ void ignore(pid_t tid);
 void arm_all();
 void disarm_all();
 bool armed_wanted();
-// The calling thread's timer, if armed, counts its next sample from now (capture resuming after
-// the profiler's own work on this thread: see capture.cpp's set_paused).
-void restart_self_timer();
+// The calling thread's timer, if armed, drops an expiry its CPU time has passed and the tick has
+// not yet signalled (capture.h's drop_pending_sample).
+void drop_self_pending_expiry();
 
 // Sampler thread upkeep: new thread ids under /proc/self/task become Polled workers; states
 // whose thread is gone are drained and reaped.

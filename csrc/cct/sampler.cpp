@@ -190,6 +190,15 @@ bool create_timer(ThreadState* s) {
   return true;
 }
 
+void drop_pending_expiry(timer_t timer) {
+  struct itimerspec cur;
+  // Linux reports a timer whose expiry the thread's CPU time has passed, but whose signal the
+  // next tick has yet to send, as 1 ns to go. Restarted, it counts a whole interval from now;
+  // any other timer is left as it is, in phase.
+  if (timer_gettime(timer, &cur) == 0 && cur.it_value.tv_sec == 0 && cur.it_value.tv_nsec <= 1)
+    restart_timer(timer);
+}
+
 bool restart_timer(timer_t timer) {
   struct itimerspec its;
   auto ns = static_cast<long>(g_opts.sample_interval * 1e9);

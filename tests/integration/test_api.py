@@ -23,6 +23,10 @@ def test_a_sessions_start_is_not_charged_to_the_line_that_starts_it(tmp_path):
     assert run("session_start_unsampled.py", str(tmp_path / "s.dcprof")) == "ok"
 
 
+def test_active_steps_shorter_than_the_sample_interval_are_sampled(tmp_path):
+    assert run("schedule_short_steps_sampled.py", str(tmp_path / "s.dcprof")) == "ok"
+
+
 def test_schedule_records_only_active_steps(tmp_path):
     # wait=1, warmup=1, active=2, repeat=1 over 6 steps: steps 2 and 3 are recorded
     assert run("api_schedule.py", str(tmp_path / "s.dcprof")) == "2.0"
