@@ -36,7 +36,7 @@ bool create_timer(ThreadState* s);  // registry lock held
 void delete_timer(ThreadState* s);  // registry lock held
 // Sets `timer` to its first expiry one interval of CPU time from now, overruns counted afresh.
 bool restart_timer(timer_t timer);
-// Restarts `timer` if it has expired and its signal is still to come (see set_paused).
+// Restarts `timer` if it has expired and its signal is still to come (drop_pending_sample).
 void drop_pending_expiry(timer_t timer);
 void install_handler();
 // Folds s's buffered samples into the tree (the registry's drain lock held; never from a

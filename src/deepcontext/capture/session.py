@@ -173,7 +173,8 @@ class Session:
             raise DeepContextError(
                 f"deepcontext is already profiling this process into {_active.output}; "
                 "stop that session first")
-        if self._writer is not None or self._stop_event.is_set() or self._deferred_to:
+        started = self._writer is not None or self._deferred_to is not None
+        if started or self._stop_event.is_set():
             raise DeepContextError("this profiling session was already started; create a new one")
         self._writer = ProfileWriter(self.output, force=self.force)
         self._shown = _shown_path(self.output)  # before the program can chdir

@@ -80,7 +80,7 @@ def own_work() -> Iterator[None]:
     finally:
         _state["own_work"] -= 1
         if _state["own_work"] == 0:
-            _core().drop_pending_sample()  # (its CPU time, due to a sample a tick from now)
+            _core().drop_pending_sample()  # (else its last tick's sample lands on the next line)
             _core().set_paused(_state["paused"])
 
 
