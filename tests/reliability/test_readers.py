@@ -203,16 +203,16 @@ def test_truncated_profile_is_reported_as_truncated(tmp_path, real_profile):
 
 
 def test_fuzz_reader_with_hypothesis(tmp_path, real_profile):
-    result = run_checker(tmp_path, "fuzz", str(real_profile), "18", timeout=200)
-    assert result["cases"] > 200
+    result = run_checker(tmp_path, "fuzz", str(real_profile), "240", timeout=200)
     assert result["problems"] == [], "\n\n".join(result["problems"])
+    assert result["cases"] == 240
 
 
 def test_fuzz_profile_cells_with_hypothesis(tmp_path, real_profile):
     # Valid SQLite, hostile values (types, sizes, JSON, unicode) in the profile's own cells.
-    result = run_checker(tmp_path, "cells", str(real_profile), "12", timeout=200)
-    assert result["cases"] > 200
+    result = run_checker(tmp_path, "cells", str(real_profile), "220", timeout=200)
     assert result["problems"] == [], "\n\n".join(result["problems"])
+    assert result["cases"] == 220
 
 
 def test_no_pickle_or_marshal_in_the_package():
