@@ -47,3 +47,21 @@ def test_the_dataloaders_record_function_op_measures_loading():
 def test_waiting_on_worker_processes_is_not_this_rule():
     frames = [user(21), op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")]
     assert run((frames, {"op.time": 0.3, "op.count": 33})) == []
+
+
+def test_a_hugging_face_trainers_loader_gets_the_training_arguments_fix():
+    # The Trainer builds its DataLoader (transformers 5.24's path: train -> ... ->
+    # get_batch_samples -> the iterator); the user's line is the train() call.
+    hf = "/usr/lib/python3.11/site-packages/transformers/trainer.py"
+    frames = [user(15), lib("Trainer.train", hf, 1576),
+              lib("Trainer._inner_training_loop", hf, 1660),
+              lib("Trainer.get_batch_samples", hf, 2299),
+              lib("_BaseDataLoaderIter.__next__", DL, 721),
+              op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")]
+    (f,) = run((frames, {"op.time": 0.08, "op.count": 8}))
+    assert f.location.line == 15 and f.message.startswith("The Trainer at train.py:15 fetches")
+    assert f.suggestion.startswith("the Hugging Face Trainer builds this DataLoader: load in "
+                                   "worker processes with TrainingArguments(..., "
+                                   "dataloader_num_workers=4, ")
+    (plain,) = run(loading(0.1))
+    assert plain.suggestion.startswith("load in worker processes: DataLoader(dataset, ")

@@ -71,3 +71,18 @@ def test_a_line_spread_over_many_operators_names_the_largest_part():
     tree = build([([user(9), op(f"cpp_fused_{k}")], {"cpu.time": 0.1}) for k in range(10)])
     (f,) = run(tree)
     assert "The largest part is in cpp_fused_0: 10.0% of the line" in f.message
+
+
+def test_an_operator_above_the_line_is_not_what_the_line_spends_in():
+    # The DataLoader's record_function scope encloses the user's __getitem__: its Python line
+    # is pure Python, whatever the scope around it is called.
+    scope = op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    tree = build([
+        ([user(42), scope, user(24, "Reviews.__getitem__")], {"cpu.time": 0.6}),
+        ([user(42), op("aten::addmm")], {"cpu.time": 0.4}),
+    ])
+    (inner, outer) = run(tree)
+    assert (inner.location.line, outer.location.line) == (24, 42)
+    assert "top_frame_cpu.time" not in inner.evidence
+    assert inner.message.endswith("counting the library code, operators and kernels it calls.")
+    assert "Most of it is in aten::addmm: 100.0% of the line" in outer.message

@@ -143,3 +143,40 @@ def test_first_calls_inside_the_loop_are_not_its_host_time():
                   ([user(10), op("aten::mm"), op("k")], {"gpu.time": 0.25, "gpu.launches": 80}),
                   (frames, {"sync.wait": 0.25, "sync.count": 20})])
     assert run(tree) == []
+
+
+HF = "/usr/lib/python3.11/site-packages/transformers/trainer.py"
+
+
+def test_the_hf_trainers_nan_filter_gets_its_switch():
+    # Trainer._run_epoch: `if ... (torch.isnan(tr_loss_step) or torch.isinf(tr_loss_step))`,
+    # one is_nonzero per test per step, on the device when training on a GPU
+    frames = [user(42), lib("Trainer.train", HF, 1576), lib("Trainer._run_epoch", HF, 1919),
+              op("aten::is_nonzero"), op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    (f,) = run(build([REST, (frames, {"sync.wait": 0.05, "sync.count": 96}),
+                      ([user(30), op("aten::addmm"), op("k")],
+                       {"gpu.time": 0.5, "gpu.launches": 10})]))
+    assert f.location.line == 42
+    assert (f.origin.file, f.origin.line, f.origin.function) == (HF, 1919, "Trainer._run_epoch")
+    assert f.suggestion == ("the sync is the Hugging Face Trainer's NaN/inf filter of the logged "
+                            "loss, a Python `if` on a tensor every step: TrainingArguments(..., "
+                            "logging_nan_inf_filter=False) removes it")
+    # the same on a CPU-only profile
+    (g,) = run(build([REST, (frames[:4], {"op.count": 96 + 4, "op.time": 1e-4})]))
+    assert g.origin == f.origin and g.suggestion == f.suggestion
+
+
+def test_another_librarys_sync_names_its_call_site_then_the_general_fix():
+    frames = [user(42), lib("Meter.update", "/usr/lib/python3.11/site-packages/meters/core.py", 77),
+              op("aten::item")]
+    (f,) = run(build([REST, (frames, {"op.count": 100, "op.time": 1e-4})]))
+    assert f.origin.function == "Meter.update" and f.location.line == 42
+    assert f.suggestion.startswith("the sync is in the library code meters/core.py:77 "
+                                   "(Meter.update), called from your line: look for the "
+                                   "library's option that skips it, or call that code less "
+                                   "often. Where the code is yours: keep the value on the device")
+
+
+def test_a_sync_in_the_users_own_code_has_no_origin():
+    (f,) = run(gpu_tree(0.05))
+    assert f.origin is None and f.suggestion.startswith("keep the value on the device")

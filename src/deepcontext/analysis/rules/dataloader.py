@@ -24,10 +24,24 @@ def _is_loader_file(path: str) -> bool:
     return path.replace("\\", "/").endswith("torch/utils/data/dataloader.py")
 
 
+def _built_by_hf_trainer(f: Frame) -> bool:
+    # Hugging Face's Trainer builds its DataLoaders from TrainingArguments: the user's code has
+    # no DataLoader(...) call to change.
+    return f.kind == PYTHON and f.file.replace("\\", "/").endswith("transformers/trainer.py")
+
+
 def _is_loader_frame(f: Frame) -> bool:
     if f.kind == OP:
         return f.name.startswith(_SINGLE_OP)
     return f.kind == PYTHON and f.name.startswith(_SINGLE) and _is_loader_file(f.file)
+
+
+_FIX = ("load in worker processes: DataLoader(dataset, num_workers=4, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2) (start with the number of free cores)")
+_TRAINER_FIX = ("the Hugging Face Trainer builds this DataLoader: load in worker processes with "
+                "TrainingArguments(..., dataloader_num_workers=4, "
+                "dataloader_persistent_workers=True, dataloader_prefetch_factor=2) "
+                "(start with the number of free cores)")
 
 
 class DataLoaderRule(Rule):
@@ -43,12 +57,16 @@ class DataLoaderRule(Rule):
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
         spent: dict[int, float] = defaultdict(float)
+        by_trainer: dict[int, bool] = {}
         for node in ctx.tree.nodes[1:]:
             if not _is_loader_frame(node.frame) or ctx.owner[node.id] <= 0:
                 continue
-            if any(_is_loader_frame(ctx.tree.nodes[a].frame) for a in ctx.ancestors(node.parent)):
+            above = [ctx.tree.nodes[a].frame for a in ctx.ancestors(node.parent)]
+            if any(_is_loader_frame(f) for f in above):
                 continue  # count the outermost loading frame of each path once
-            spent[ctx.owner[node.id]] += ctx.host_time(node.id)
+            owner = ctx.owner[node.id]
+            spent[owner] += ctx.host_time(node.id)
+            by_trainer[owner] = by_trainer.get(owner, True) and any(map(_built_by_hf_trainer, above))
         for owner, t in spent.items():
             severity = self.severity_for(ctx, t)
             if severity is None:
@@ -57,14 +75,13 @@ class DataLoaderRule(Rule):
                 self, owner, severity=severity,
                 title=f"batches load in the main process at {ctx.where(owner)} "
                       f"({percent(ctx.fraction(t))} of the run)",
-                message=(f"The loop at {ctx.where(owner)} fetches and collates its batches in "
+                message=(f"{'The Trainer' if by_trainer[owner] else 'The loop'} at "
+                         f"{ctx.where(owner)} fetches and collates its batches in "
                          f"the main process (DataLoader num_workers=0): {seconds(t)}, "
                          f"{percent(ctx.fraction(t))} of the run, during which no training "
                          f"work is issued."),
                 evidence={"loading_time_s": t},
-                suggestion=("load in worker processes: DataLoader(dataset, num_workers=4, "
-                            "pin_memory=True, persistent_workers=True, prefetch_factor=2) "
-                            "(start with the number of free cores)"),
+                suggestion=_TRAINER_FIX if by_trainer[owner] else _FIX,
                 gain_seconds=t,
                 method="upper bound: loading overlaps the step once it runs in workers")
 

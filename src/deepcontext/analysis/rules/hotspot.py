@@ -36,7 +36,7 @@ class HotspotRule(Rule):
                     ctx.in_worker[node.id]):  # (beside the line's thread: profiled_time's rule)
                 continue
             owned[owner] += value
-            leaf = self._leaf(ctx, node.id)
+            leaf = self._leaf(ctx, node.id, owner)
             if leaf is not None and value > top_leaf.get(owner, (0.0, -1))[0]:
                 top_leaf[owner] = (value, leaf)
         total = sum(owned.values())
@@ -61,9 +61,13 @@ class HotspotRule(Rule):
         return "cpu.time" if times["cpu.time"] >= times["op.time"] else "op.time"
 
     @staticmethod
-    def _leaf(ctx: AnalysisContext, node: int) -> int | None:
-        """The operator or kernel a sample landed in (the innermost such frame on its path)."""
+    def _leaf(ctx: AnalysisContext, node: int, owner: int) -> int | None:
+        """The operator or kernel a sample landed in (the innermost such frame on its path),
+        below the line: an operator above it (a DataLoader's record_function scope around the
+        user's ``__getitem__``) is what called the line, not what the line spends in."""
         for nid in reversed(ctx.ancestors(node)):
+            if nid == owner:
+                return None
             if ctx.tree.nodes[nid].frame.kind in (OP, KERNEL):
                 return nid
         return None

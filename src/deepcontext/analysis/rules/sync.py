@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ...tree.frame import OP, SYNC
+from ...tree.frame import OP, PYTHON, SYNC
+from ...tree.usercode import is_user_file
 from ..context import AnalysisContext
-from ..finding import Finding
+from ..finding import Finding, Location
 from ..ops import HOST_SYNC, base_name
 from ..rule import Rule, Threshold
-from ._common import inside_torch_optim, percent, seconds
+from ._common import inside_torch_optim, percent, seconds, short_file
 
 _ADVICE = {
     "item": ("keep the value on the device: accumulate with `total += loss.detach()` and call "
@@ -23,6 +24,35 @@ _ADVICE = {
                 "masked_fill) instead of boolean indexing / nonzero, or pass `size=` where the "
                 "API allows it"),
 }
+
+
+def _library_call(ctx: AnalysisContext, node: int) -> tuple[Location | None, str]:
+    """The library function that called the syncing operator (None where the caller is the
+    user's code), and the operator it called (``is_nonzero`` for a Python ``if`` on a tensor,
+    where the sync itself is the ``_local_scalar_dense`` inside)."""
+    called = ""
+    for a in reversed(ctx.ancestors(node)):
+        f = ctx.tree.nodes[a].frame
+        if f.kind == OP:
+            called = f.name
+        elif f.kind == PYTHON:
+            return (None if is_user_file(f.file) else Location(f.file, f.line, f.name)), called
+    return None, called
+
+
+def _library_lever(op: str, origin: Location | None) -> str:
+    """What turns a library's own per-step sync off, where the library has a switch for it."""
+    if origin is None:
+        return ""
+    if (base_name(op) == "is_nonzero" and origin.function.startswith("Trainer.")
+            and origin.file.replace("\\", "/").endswith("transformers/trainer.py")):
+        # `if torch.isnan(loss) or torch.isinf(loss)` after every training step (on by default)
+        return ("the sync is the Hugging Face Trainer's NaN/inf filter of the logged loss, a "
+                "Python `if` on a tensor every step: TrainingArguments(..., "
+                "logging_nan_inf_filter=False) removes it")
+    return (f"the sync is in the library code {short_file(origin.file)}:{origin.line} "
+            f"({origin.function}), called from your line: look for the library's option that "
+            f"skips it, or call that code less often. Where the code is yours: ")
 
 
 def _advice(op: str) -> str:
@@ -62,6 +92,7 @@ class SyncRule(Rule):
         wait: dict[int, float] = defaultdict(float)
         count: dict[int, float] = defaultdict(float)
         cause: dict[int, str] = {}
+        origin: dict[int, tuple[Location | None, str]] = {}
         for node in ctx.tree.nodes[1:]:
             w, c = node.metrics.get("sync.wait", 0.0), node.metrics.get("sync.count", 0.0)
             if not (w or c) or ctx.owner[node.id] <= 0 or ctx.in_setup[node.id]:
@@ -75,6 +106,7 @@ class SyncRule(Rule):
                        if ctx.tree.nodes[a].frame.kind == OP), None)
             if owner not in cause or (node.frame.kind == SYNC and op):
                 cause[owner] = op or node.frame.name
+                origin[owner] = _library_call(ctx, node.id)
         for owner, w in wait.items():
             if count[owner] < self.t("min_syncs"):
                 continue
@@ -83,6 +115,8 @@ class SyncRule(Rule):
             if severity is None:
                 continue
             what = cause.get(owner, "a synchronize call")
+            lib, called = origin.get(owner, (None, ""))
+            lever = _library_lever(called, lib)
             yield ctx.finding(
                 self, owner, severity=severity,
                 title=f"host waits {seconds(w)} for the GPU at {ctx.where(owner)} ({what})",
@@ -91,12 +125,13 @@ class SyncRule(Rule):
                          f"({percent(ctx.fraction(w))} of the run); meanwhile no new work was "
                          f"queued, so the GPU idles after each sync."),
                 evidence={"sync_wait_s": w, "sync_count": int(count[owner]), "cause": what},
-                suggestion=_advice(what),
+                suggestion=_join(lever, _advice(what)),
                 gain_seconds=gain,
                 method=("the blocked time, at most the GPU's idle time in the loop around the "
                         "sync (its lines' operator and wait time minus their GPU time; on a "
                         "GPU-bound loop one launch's latency per sync): a busy GPU gains "
-                        "nothing from a host that stops waiting"))
+                        "nothing from a host that stops waiting"),
+                origin=lib)
 
     def _gpu_idle(self, ctx: AnalysisContext, owner: int, syncs: float) -> float:
         """GPU time idle because of the syncs at ``owner``, estimated over its loop: the lines
@@ -131,7 +166,8 @@ class SyncRule(Rule):
             calls = sum(ctx.count(s.node) for s in hits)
             if owner <= 0 or calls < self.t("min_cpu_calls"):
                 continue
-            op = max(hits, key=lambda s: ctx.count(s.node)).name
+            top = max(hits, key=lambda s: ctx.count(s.node))
+            op, (lib, _) = top.name, _library_call(ctx, top.node)
             spent = sum(ctx.host_time(s.node) for s in hits)
             yield ctx.finding(
                 self, owner, severity="note",
@@ -140,9 +176,14 @@ class SyncRule(Rule):
                          f"this CPU-only run). On a GPU each call blocks the host until all "
                          f"queued kernels finish, serializing host and device every iteration."),
                 evidence={"calls": int(calls), "op": op, "time_s": spent},
-                suggestion=_advice(op),
+                suggestion=_join(_library_lever(op, lib), _advice(op)),
                 gain_seconds=spent,
-                method="CPU-only profile: the calls' own time; on a GPU the gain is the sync wait")
+                method="CPU-only profile: the calls' own time; on a GPU the gain is the sync wait",
+                origin=lib)
 
 
-RULES = [SyncRule]
+def _join(lever: str, advice: str) -> str:
+    """A library's known switch alone; a library call site without one, then the general fix."""
+    if lever and not lever.endswith(": "):
+        return lever
+    return lever + advice
