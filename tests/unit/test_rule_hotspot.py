@@ -86,3 +86,13 @@ def test_an_operator_above_the_line_is_not_what_the_line_spends_in():
     assert "top_frame_cpu.time" not in inner.evidence
     assert inner.message.endswith("counting the library code, operators and kernels it calls.")
     assert "Most of it is in aten::addmm: 100.0% of the line" in outer.message
+
+
+def test_a_line_seen_in_fewer_than_three_cpu_samples_is_noise():
+    paths = [([user(10), op("aten::addmm")], {"cpu.time": 0.04}),
+             ([user(11), op("aten::mul")], {"cpu.time": 0.03}),
+             ([user(12), op("aten::add")], {"cpu.time": 0.02}),
+             ([user(13), op("aten::sub")], {"cpu.time": 0.01})]
+    found = run(build(paths, {"sample_interval": 0.01}))
+    assert [f.location.line for f in found] == [10, 11]  # 4 and 3 samples; 2 and 1 are not
+    assert [f.location.line for f in run(build(paths))] == [10, 11, 12]  # (no interval: by share)

@@ -70,3 +70,17 @@ def test_few_round_trips_are_quiet():
     tree = build([STEP, ([user(33), sync("jax block_until_ready")], {"sync.count": 9,
                                                                       "sync.wait": 0.5})])
     assert analyze(tree, rules=[JaxHostRoundTripRule()]) == []
+
+
+def test_a_library_function_compiled_once_per_shape_at_several_lines_is_normal():
+    # jax.random.normal's jit(_normal) at three calls with three shapes (two on one set-up
+    # line, one in the loop, cached after its first call): compiled 3 times, never again at a line
+    normal = [([user(line), op("jit(_normal)"), marker("compile")], {"compile.count": n,
+                                                                     "compile.time": 0.3 * n})
+              for line, n in ((6, 2), (22, 1))]
+    assert analyze(build([STEP, *normal]), rules=[JaxRecompileRule()]) == []
+    # a third shape at the set-up line is three compilations there: fires
+    normal[0] = ([user(6), op("jit(_normal)"), marker("compile")], {"compile.count": 3,
+                                                                    "compile.time": 0.9})
+    (f,) = analyze(build([STEP, *normal]), rules=[JaxRecompileRule()])
+    assert f.location.line == 6 and f.evidence["compiles"] == 4

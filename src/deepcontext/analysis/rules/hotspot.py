@@ -23,6 +23,8 @@ class HotspotRule(Rule):
     thresholds = {
         "min_share": Threshold(0.10, "a line under 10% of the run is not where a first look pays"),
         "max_findings": Threshold(5, "the top few lines; the report command shows the rest"),
+        "min_samples": Threshold(3, "CPU time is sampled: a line seen in one or two samples "
+                                    "(one interval each) is noise, whatever its share"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
@@ -44,9 +46,11 @@ class HotspotRule(Rule):
         for owner in owned:
             by_line[ctx.location(owner)].append(owner)
         ranked = sorted(by_line.values(), key=lambda owners: -sum(owned[o] for o in owners))
+        interval = ctx.metadata.get("sample_interval") if metric == "cpu.time" else None
+        floor = self.t("min_samples") * interval if isinstance(interval, (int, float)) else 0.0
         for owners in ranked[:int(self.t("max_findings"))]:
             value = sum(owned[o] for o in owners)
-            if total <= 0 or value / total < self.t("min_share"):
+            if total <= 0 or value / total < self.t("min_share") or value < floor * (1 - 1e-9):
                 break
             node = max(owners, key=lambda o: owned[o])
             yield self._finding(ctx, node, metric, value, value / total, top_leaf.get(node))
