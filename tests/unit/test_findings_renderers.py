@@ -75,3 +75,13 @@ def test_every_format_renders_an_empty_report(fmt):
     rep = report()
     rep.findings = []
     assert render(rep, fmt)
+
+
+def test_text_puts_the_profiles_path_into_the_hotspots_command():
+    rep = report()
+    (hot,) = [f for f in rep.findings if f.rule == "hotspot" and f.location.line == 30]
+    assert "`deepcontext report PROFILE --include 'train\\.py:30\\)'`" in hot.suggestion  # JSON
+    rep.profile = "runs/my run.dcprof"
+    out = " ".join(render(rep, "text").split())  # (unwrapped)
+    assert "`deepcontext report 'runs/my run.dcprof' --include 'train\\.py:30\\)'`" in out
+    assert "report PROFILE" not in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 
 from ...tree.metrics import format_value
@@ -54,7 +55,10 @@ class TextFindingsRenderer:
             lines += ["", f"{i}. {f.severity.upper():7} [{f.rule}] {where}",
                       f"   {printable(f.title)}"]
             lines += _wrapped("why:  ", printable(f.message, 1000))
-            lines += _wrapped("fix:  ", printable(f.suggestion, 1000))
+            # a command to copy names the profile being read (rules do not know its path)
+            fix = f.suggestion.replace("deepcontext report PROFILE ",
+                                       f"deepcontext report {shlex.quote(report.profile)} ")
+            lines += _wrapped("fix:  ", printable(fix, 1000))
             if gain.seconds > 0 or gain.fraction > 0:
                 lines += _wrapped("gain: ", f"~{format_value(gain.seconds, 's')} "
                                             f"({100 * gain.fraction:.1f}% of profiled time): "
