@@ -225,3 +225,32 @@ def test_an_optimizers_per_parameter_update_is_not_a_chain_of_the_step_line():
                     for name in names]
     (f,) = run(build(own))
     assert f.location.line == 4
+
+
+GEN = "/usr/lib/python3.11/site-packages/transformers/generation/utils.py"
+
+
+def beam_tree(seconds, module_call):
+    # generate()'s beam bookkeeping (transformers 5.24, _update_finished_beams): a chain in the
+    # library outside any module's forward, unless `module_call` puts it under one
+    frames = [user(10), lib("GenerationMixin._beam_search", GEN, 3816)]
+    if module_call:
+        frames.append(lib("Module._call_impl"))
+    frames.append(lib("GenerationMixin._update_finished_beams", GEN, 3557))
+    return build([REST] + [(frames + [op(n)], {"op.count": 72, "op.time": seconds / 4})
+                           for n in ("aten::bitwise_not", "aten::mul", "aten::add_",
+                                     "aten::div")])
+
+
+def test_a_library_chain_outside_any_modules_forward_is_not_told_to_compile_the_model():
+    assert run(beam_tree(0.02, module_call=False)) == []  # a note with no lever: quiet
+    (f,) = run(beam_tree(0.2, module_call=False))  # large enough to warn: said as it is
+    assert f.severity == "warning"
+    assert f.suggestion.startswith(
+        "the chain is the library code transformers/generation/utils.py:3557 "
+        "(GenerationMixin._update_finished_beams), outside any nn.Module's forward, so "
+        "compiling the model does not reach it and no argument at train.py:10 removes it")
+    # the same chain inside a module's call: compiling the model covers it
+    (g,) = run(beam_tree(0.02, module_call=True))
+    assert g.severity == "note" and g.suggestion.startswith(
+        "compile the model that train.py:10 calls: `compiled = torch.compile(model)`")

@@ -168,13 +168,21 @@ def test_the_hf_trainers_nan_filter_gets_its_switch():
 
 def test_another_librarys_sync_names_its_call_site_then_the_general_fix():
     frames = [user(42), lib("Meter.update", "/usr/lib/python3.11/site-packages/meters/core.py", 77),
-              op("aten::item")]
-    (f,) = run(build([REST, (frames, {"op.count": 100, "op.time": 1e-4})]))
+              op("aten::item"), op("aten::_local_scalar_dense"), sync()]
+    (f,) = run(build([REST, (frames, {"sync.wait": 0.05, "sync.count": 100}),
+                      ([user(30), op("aten::addmm"), op("k")],
+                       {"gpu.time": 0.5, "gpu.launches": 10})]))
     assert f.origin.function == "Meter.update" and f.location.line == 42
     assert f.suggestion.startswith("the sync is in the library code meters/core.py:77 "
                                    "(Meter.update), called from your line: look for the "
                                    "library's option that skips it, or call that code less "
                                    "often. Where the code is yours: keep the value on the device")
+    # on a CPU-only profile, 100 calls in 10 runs of the line (the library's own loop, no
+    # switch to name, no wait to show): quiet; 100 in 100 runs is the user's loop: a note
+    once = ([user(42), op("aten::zeros")], {"op.count": 10, "op.time": 1e-4})
+    assert run(build([REST, once, (frames[:3], {"op.count": 100, "op.time": 1e-4})])) == []
+    (g,) = run(build([REST, (frames[:3], {"op.count": 100, "op.time": 1e-4})]))
+    assert g.origin.function == "Meter.update" and g.suggestion == f.suggestion
 
 
 def test_a_sync_in_the_users_own_code_has_no_origin():

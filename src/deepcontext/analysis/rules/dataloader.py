@@ -66,7 +66,8 @@ class DataLoaderRule(Rule):
                 continue  # count the outermost loading frame of each path once
             owner = ctx.owner[node.id]
             spent[owner] += ctx.host_time(node.id)
-            by_trainer[owner] = by_trainer.get(owner, True) and any(map(_built_by_hf_trainer, above))
+            by_trainer[owner] = by_trainer.get(owner, True) and any(
+                map(_built_by_hf_trainer, above))
         for owner, t in spent.items():
             severity = self.severity_for(ctx, t)
             if severity is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from ...tree.frame import MODULE, PYTHON
 from ...tree.usercode import is_user_file
 from ..context import AnalysisContext, OpSite
 from ..finding import Finding, Location
@@ -156,6 +157,9 @@ class KernelFusionRule(Rule):
             # dispatch-bound operators on tiny tensors: the only lever, torch.compile, pays a
             # per-call overhead of its own about as large as what fusing would save
             severity = "note"
+        in_forward = origin is None or _inside_module_call(ctx, head["node"])
+        if not in_forward and severity == "note" and _hf_activation(origin) is None:
+            return  # a library's own bookkeeping (generate's beam search): no lever of yours
         lines = head["lines"]
         span = f"lines {lines[0]}-{lines[-1]}" if len(lines) > 1 else f"line {lines[0]}"
         node = head["node"]
@@ -190,7 +194,7 @@ class KernelFusionRule(Rule):
                      f"{percent(ctx.fraction(spent))} of the run). Each is a separate pass over "
                      f"memory" + (" and a separate kernel launch." if gpu > 0 else ".")),
             evidence=evidence,
-            suggestion=self._fix(ctx, node, origin, fused, modules),
+            suggestion=self._fix(ctx, node, origin, fused, modules, in_forward),
             gain_seconds=gain,
             method=(f"a fused kernel makes one pass instead of {per_call:.1f}: saves "
                     f"(1 - 1/{per_call:.1f}) of the chain's {where} time, forward"
@@ -199,7 +203,7 @@ class KernelFusionRule(Rule):
 
     @staticmethod
     def _fix(ctx: AnalysisContext, node: int, origin: Location | None,
-             fused: tuple[str, str] | None, modules: str) -> str:
+             fused: tuple[str, str] | None, modules: str, in_forward: bool) -> str:
         frame = ctx.tree.nodes[node].frame
         if origin is None:
             if fused:
@@ -209,19 +213,42 @@ class KernelFusionRule(Rule):
                     f"the chain), or write one Triton/C++ kernel")
         cls = origin.function.rsplit(".", 1)[0] if "." in origin.function else ""
         at = f"the library code {short_file(origin.file)}:{origin.line} ({origin.function})"
+        user = ctx.where(node)
+        if not in_forward:
+            return (f"the chain is {at}, outside any nn.Module's forward, so compiling the "
+                    f"model does not reach it and no argument at {user} removes it: it is the "
+                    f"library's to fuse (report it upstream with this finding's evidence)")
         lever = ""
-        if cls in _HF_ACTIVATIONS and "transformers/" in origin.file.replace("\\", "/"):
+        if (value := _hf_activation(origin)) is not None:
             lever = (f"select the fused activation in the model's config: "
-                     f"activation_function='{_HF_ACTIVATIONS[cls]}' (GPT-2 style configs) or "
-                     f"hidden_act='{_HF_ACTIVATIONS[cls]}' (BERT/Llama style), the same "
-                     f"function as one operator; ")
+                     f"activation_function='{value}' (GPT-2 style configs) or "
+                     f"hidden_act='{value}' (BERT/Llama style), the same "
+                     f"function as one operator; or ")
         elif fused and cls:
             target = f"the {cls} modules" + (f" ({modules})" if modules else "")
             lever = (f"swap {target} for {fused[1]} (e.g. set the attribute on their parent "
-                     f"module after building the model); ")
-        user = ctx.where(node)
-        return (f"{lever}or compile the model that {user} calls: `compiled = torch.compile("
+                     f"module after building the model); or ")
+        return (f"{lever}compile the model that {user} calls: `compiled = torch.compile("
                 f"model)` and call `compiled(...)` there, which fuses the chain in {at}")
 
+
+def _hf_activation(origin: Location | None) -> str | None:
+    """The config value that selects a Hugging Face activation's fused form, for a chain in it."""
+    if origin is None or "transformers/" not in origin.file.replace("\\", "/"):
+        return None
+    return _HF_ACTIVATIONS.get(origin.function.rsplit(".", 1)[0])
+
+
+def _inside_module_call(ctx: AnalysisContext, node: int) -> bool:
+    """Whether the chain runs inside an nn.Module's call (what compiling the model covers)."""
+    for a in ctx.ancestors(node):
+        f = ctx.tree.nodes[a].frame
+        if f.kind == MODULE or (f.kind == PYTHON and f.name in _MODULE_CALL and f.file.replace(
+                "\\", "/").endswith("torch/nn/modules/module.py")):
+            return True
+    return False
+
+
+_MODULE_CALL = frozenset({"Module._call_impl", "Module._wrapped_call_impl"})
 
 RULES = [KernelFusionRule]

@@ -80,6 +80,10 @@ class SyncRule(Rule):
                                              "Python in between"),
         "min_cpu_calls": Threshold(100, "on CPU-only profiles: fewer calls are epoch-level "
                                         "logging, not a per-step sync"),
+        "library_loop_calls": Threshold(3, "on CPU-only profiles: a library's sync called this "
+                                           "many times per run of your line loops inside the "
+                                           "library (generate's per-token stopping check); "
+                                           "fewer is your loop calling it (a logger)"),
     }
 
     def check(self, ctx: AnalysisContext) -> Iterator[Finding]:
@@ -167,7 +171,12 @@ class SyncRule(Rule):
             if owner <= 0 or calls < self.t("min_cpu_calls"):
                 continue
             top = max(hits, key=lambda s: ctx.count(s.node))
-            op, (lib, _) = top.name, _library_call(ctx, top.node)
+            op, (lib, called) = top.name, _library_call(ctx, top.node)
+            lever = _library_lever(called, lib)
+            if (lib is not None and lever.endswith(": ")
+                    and calls >= self.t("library_loop_calls") * max(1.0, ctx.runs(owner))):
+                continue  # a loop inside the library (generate's stopping criteria, per token)
+                # with no switch of its own; on a CPU-only profile there is no wait to show
             spent = sum(ctx.host_time(s.node) for s in hits)
             yield ctx.finding(
                 self, owner, severity="note",
@@ -176,7 +185,7 @@ class SyncRule(Rule):
                          f"this CPU-only run). On a GPU each call blocks the host until all "
                          f"queued kernels finish, serializing host and device every iteration."),
                 evidence={"calls": int(calls), "op": op, "time_s": spent},
-                suggestion=_join(_library_lever(op, lib), _advice(op)),
+                suggestion=_join(lever, _advice(op)),
                 gain_seconds=spent,
                 method="CPU-only profile: the calls' own time; on a GPU the gain is the sync wait",
                 origin=lib)
