@@ -188,3 +188,15 @@ def test_another_librarys_sync_names_its_call_site_then_the_general_fix():
 def test_a_sync_in_the_users_own_code_has_no_origin():
     (f,) = run(gpu_tree(0.05))
     assert f.origin is None and f.suggestion.startswith("keep the value on the device")
+
+
+def test_torchs_own_python_between_the_line_and_the_sync_is_transparent():
+    # print(loss) in the loop: Tensor.__repr__ -> _tensor_str's formatting -> .item() calls,
+    # several per print; the user's print is the call site, not torch's formatter
+    ts = "/usr/lib/python3.11/site-packages/torch"
+    frames = [user(14), lib("Tensor.__repr__", f"{ts}/_tensor.py", 568),
+              lib("_str_intern", f"{ts}/_tensor_str.py", 400), op("aten::item")]
+    once = ([user(14), op("aten::sum")], {"op.count": 40, "op.time": 1e-4})
+    (f,) = run(build([REST, once, (frames, {"op.count": 160, "op.time": 1e-4})]))
+    assert f.origin is None and f.location.line == 14
+    assert f.suggestion.startswith("keep the value on the device")

@@ -12,7 +12,7 @@ from ..context import AnalysisContext
 from ..finding import Finding, Location
 from ..ops import HOST_SYNC, base_name
 from ..rule import Rule, Threshold
-from ._common import inside_torch_optim, percent, seconds, short_file
+from ._common import inside_torch_optim, is_torch_frame, percent, seconds, short_file
 
 _ADVICE = {
     "item": ("keep the value on the device: accumulate with `total += loss.detach()` and call "
@@ -35,7 +35,7 @@ def _library_call(ctx: AnalysisContext, node: int) -> tuple[Location | None, str
         f = ctx.tree.nodes[a].frame
         if f.kind == OP:
             called = f.name
-        elif f.kind == PYTHON:
+        elif f.kind == PYTHON and not is_torch_frame(f):  # (print(t) runs torch's _tensor_str)
             return (None if is_user_file(f.file) else Location(f.file, f.line, f.name)), called
     return None, called
 
