@@ -184,6 +184,12 @@ def short_file(path: str) -> str:
     return norm.rsplit("/", 1)[-1]
 
 
+def is_hf_trainer_file(path: str) -> bool:
+    """Hugging Face's ``transformers/trainer.py``: the Trainer builds the DataLoader and runs the
+    loop, so its levers are TrainingArguments, not calls in the user's code."""
+    return path.replace("\\", "/").endswith("transformers/trainer.py")
+
+
 def module_path(ctx: AnalysisContext, node: int) -> str:
     """The nn.Module path of the deepest ``module`` frame above ``node`` ('' when the capture
     wrote none)."""

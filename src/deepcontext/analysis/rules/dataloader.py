@@ -14,7 +14,7 @@ from ...tree.frame import OP, PYTHON, Frame
 from ..context import AnalysisContext
 from ..finding import Finding
 from ..rule import Rule, Threshold
-from ._common import percent, seconds
+from ._common import is_hf_trainer_file, percent, seconds
 
 _SINGLE = "_SingleProcessDataLoaderIter."
 _SINGLE_OP = "enumerate(DataLoader)#_SingleProcessDataLoaderIter"
@@ -27,7 +27,7 @@ def _is_loader_file(path: str) -> bool:
 def _built_by_hf_trainer(f: Frame) -> bool:
     # Hugging Face's Trainer builds its DataLoaders from TrainingArguments: the user's code has
     # no DataLoader(...) call to change.
-    return f.kind == PYTHON and f.file.replace("\\", "/").endswith("transformers/trainer.py")
+    return f.kind == PYTHON and is_hf_trainer_file(f.file)
 
 
 def _is_loader_frame(f: Frame) -> bool:

@@ -12,7 +12,8 @@ from ..context import AnalysisContext
 from ..finding import Finding, Location
 from ..ops import HOST_SYNC, base_name
 from ..rule import Rule, Threshold
-from ._common import inside_torch_optim, is_torch_frame, percent, seconds, short_file
+from ._common import (inside_torch_optim, is_hf_trainer_file, is_torch_frame, percent,
+                      seconds, short_file)
 
 _ADVICE = {
     "item": ("keep the value on the device: accumulate with `total += loss.detach()` and call "
@@ -45,7 +46,7 @@ def _library_lever(op: str, origin: Location | None) -> str:
     if origin is None:
         return ""
     if (base_name(op) == "is_nonzero" and origin.function.startswith("Trainer.")
-            and origin.file.replace("\\", "/").endswith("transformers/trainer.py")):
+            and is_hf_trainer_file(origin.file)):
         # `if torch.isnan(loss) or torch.isinf(loss)` after every training step (on by default)
         return ("the sync is the Hugging Face Trainer's NaN/inf filter of the logged loss, a "
                 "Python `if` on a tensor every step: TrainingArguments(..., "
