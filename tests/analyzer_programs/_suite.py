@@ -17,7 +17,8 @@ SUITE = {
     "gpt2_generate": None,
     "gcn_train": None,
     # the Trainer builds the DataLoader: the fix is TrainingArguments(dataloader_num_workers=2)
-    # (1.43 s -> 1.06 s an epoch on the 2-core CPU VM, DEEPCONTEXT_FIX_TIMING=3)
+    # (fix_gains.py --programs hf_trainer --rounds 3: 2.87 s -> 2.54 s an epoch, 1.13x, on the
+    # 2-core CPU VM; each train() starts its workers again, which the 768-example epoch amortizes)
     "hf_trainer": ("dataloader-main-process", "TRAIN", None),
     # programs of the user's own
     "per_sample_loss": ("cpu-latency", "LOOP", None),

@@ -17,7 +17,7 @@ class Reviews(torch.utils.data.Dataset):
     """Generated reviews: the text is built and tokenized on every fetch."""
 
     def __len__(self):
-        return 384
+        return 768
 
     def __getitem__(self, i):
         rng = random.Random(i)
