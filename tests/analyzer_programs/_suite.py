@@ -17,7 +17,7 @@ SUITE = {
     "gpt2_generate": None,
     "gcn_train": None,
     # the Trainer builds the DataLoader: the fix is TrainingArguments(dataloader_num_workers=2)
-    # (fix_gains.py --programs hf_trainer --rounds 3: 2.87 s -> 2.54 s an epoch, 1.13x, on the
+    # (fix_gains.py --programs hf_trainer --rounds 3: 1.13x-1.28x an epoch, on the
     # 2-core CPU VM; each train() starts its workers again, which the 768-example epoch amortizes)
     "hf_trainer": ("dataloader-main-process", "TRAIN", None),
     # programs of the user's own
