@@ -29,8 +29,9 @@ constexpr int kMaxFrames = 256;
 // min(max, kMaxFrames); reaching that limit means the stack may be truncated.
 //  - libunwind (`unw_backtrace`, per-thread cache): about 6 ns per frame. It only reads the
 //    stack and the libraries' unwind tables and does not allocate after its cache is warm, so it
-//    is safe from an operator callback and, after init(), from a signal handler, except while
-//    the interrupted thread is inside dlopen/dlclose (the loader lock that dl_iterate_phdr takes).
+//    is safe from an operator callback and, after init(), from a signal handler, except over
+//    code that may hold malloc's or the loader's locks: its TLS access can allocate after a
+//    dlopen (the sampler's may_unwind, csrc/cct/sampler.cpp, refuses those samples).
 //  - libgcc fallback (`_Unwind_Backtrace`): about 110 ns per frame; NOT async-signal-safe (it
 //    may take the unwinder's object lock and allocate), fine from an operator callback.
 int backtrace(uintptr_t* ips, int max, int skip);

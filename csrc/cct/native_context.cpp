@@ -143,8 +143,7 @@ NativePlace place_nested(TreeWriter& t, uint32_t outer_node, int outer_cut, cons
   if (outer_cut >= n_ips) {
     if (op_name != nullptr || !leaf_is_pc) return out;
     // The unwind stopped short of the operator's own frame: keep what is certain.
-    uint32_t marker = t.child(outer_node, t.named_frame(Kind::Marker, "<native unwind incomplete>"));
-    out.node = t.child(marker, leaf_function_frame(t, ips[0]));
+    out.node = place_leaf_only(t, outer_node, ips[0]);
     out.cut = outer_cut;
     out.spliced = true;
     return out;
@@ -162,6 +161,11 @@ NativePlace place_nested(TreeWriter& t, uint32_t outer_node, int outer_cut, cons
   out.cut = op_name != nullptr ? n_ips - 1 - stop : outer_cut;
   out.spliced = true;
   return out;
+}
+
+uint32_t place_leaf_only(TreeWriter& t, uint32_t base, uintptr_t pc) {
+  uint32_t marker = t.child(base, t.named_frame(Kind::Marker, "<native unwind incomplete>"));
+  return t.child(marker, leaf_function_frame(t, pc));
 }
 
 uint32_t place_native_only(TreeWriter& t, uint32_t base, const uintptr_t* ips, int n_ips,

@@ -38,6 +38,10 @@ NativePlace place_top_level(TreeWriter& t, const uintptr_t* ips, int n_ips, cons
 NativePlace place_nested(TreeWriter& t, uint32_t outer_node, int outer_cut, const uintptr_t* ips,
                          int n_ips, const char* op_name, bool leaf_is_pc = false);
 
+// A sample known only by its interrupted instruction `pc` (the whole unwind is missing or was
+// not taken): a "<native unwind incomplete>" marker under `base`, its leaf function under that.
+uint32_t place_leaf_only(TreeWriter& t, uint32_t base, uintptr_t pc);
+
 // A thread that runs no Python and no operator (an OpenMP/intra-op worker): its native frames,
 // outermost first, under `base` (its "[thread] <name>" node). `t` holds the tree lock.
 uint32_t place_native_only(TreeWriter& t, uint32_t base, const uintptr_t* ips, int n_ips,

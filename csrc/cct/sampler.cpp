@@ -2,8 +2,10 @@
 // that only reads (Python frames, the operator stack top, native return addresses) and writes
 // into the thread's own ring, and the drain that folds the ring into the tree (sampler thread).
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <link.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <ucontext.h>
 
 #include <cstdlib>
@@ -21,35 +23,50 @@ bool g_native_in_handler = false;  // libunwind (async-signal-safe) unwinds in t
 namespace {
 int g_magic;  // its address tags our timer signals
 
-// Executable code of the allocator's library (libc, or an interposed malloc): a thread
-// interrupted there may hold malloc's lock, so its first unwind (which mallocs libunwind's TLS)
-// must wait for another sample. Found once, outside the handler.
-uintptr_t g_alloc_lo = 0, g_alloc_hi = 0;
+// Code where an interrupted thread may hold a lock that unwinding in the handler can need: the
+// allocator's library (libc's malloc, or an interposed one), libc itself (an interposed
+// allocator calls it with its own locks held) and the dynamic loader. libunwind keeps its cache
+// in TLS, and libunwind is dlopen'ed, so every access goes through __tls_get_addr: after any
+// dlopen of a library with TLS, a thread's next access may grow its DTV (realloc), and its very
+// first one allocates its TLS block. Interrupted inside malloc, such a sample waited on the arena
+// lock the thread itself held (a hang, 4 runs in 5 of tests/native/test_signal_stress.py's
+// libraries with allocating constructors). So a sample that lands here keeps its Python and
+// operator context and only its interrupted pc (its leaf function). Found once, outside the
+// handler.
+struct CodeRange {
+  uintptr_t lo = 0, hi = 0;
+};
+constexpr int kRefusedObjects = 3;
+CodeRange g_refused[kRefusedObjects];
+bool g_refused_found = false;
 
-void find_allocator_code() {
-  if (g_alloc_hi != 0) return;
-  struct Range {
-    uintptr_t target, lo, hi;
-  } r{reinterpret_cast<uintptr_t>(&malloc), 0, 0};
-  // The executable segment that holds malloc (dl_iterate_phdr: outside the handler only).
-  dl_iterate_phdr(
+void find_refused_code() {
+  if (g_refused_found) return;
+  struct Find {
+    uintptr_t targets[kRefusedObjects];  // an address inside each object (0: none)
+    CodeRange* out;
+  } f{{reinterpret_cast<uintptr_t>(&malloc), reinterpret_cast<uintptr_t>(&gnu_get_libc_version),
+       static_cast<uintptr_t>(getauxval(AT_BASE))},
+      g_refused};
+  // (the loader's target is its load base, matched by object below; the others by segment)
+  dl_iterate_phdr(  // outside the handler only
       [](dl_phdr_info* obj, size_t, void* data) {
-        auto* r = static_cast<Range*>(data);
+        auto* f = static_cast<Find*>(data);
         for (int i = 0; i < obj->dlpi_phnum; ++i) {
           const ElfW(Phdr)& ph = obj->dlpi_phdr[i];
           if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-          uintptr_t lo = obj->dlpi_addr + ph.p_vaddr;
-          if (r->target >= lo && r->target < lo + ph.p_memsz) {
-            r->lo = lo;
-            r->hi = lo + ph.p_memsz;
-            return 1;
+          uintptr_t lo = obj->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+          for (int k = 0; k < kRefusedObjects; ++k) {
+            uintptr_t t = f->targets[k];
+            bool loader = k == kRefusedObjects - 1;
+            if (t != 0 && (loader ? obj->dlpi_addr == t : (t >= lo && t < hi)))
+              f->out[k] = CodeRange{lo, hi};
           }
         }
         return 0;
       },
-      &r);
-  g_alloc_lo = r.lo;
-  g_alloc_hi = r.hi;
+      &f);
+  g_refused_found = true;
 }
 
 uintptr_t interrupted_pc(const void* uctx) {
@@ -64,13 +81,13 @@ uintptr_t interrupted_pc(const void* uctx) {
 #endif
 }
 
-// May this sample unwind? Always once the thread has unwound before; the first time only if
-// it was interrupted outside the allocator (so the TLS malloc cannot wait on its own lock).
-bool may_unwind(ThreadState* s, const void* uctx) {
-  if (!g_native_in_handler) return false;
-  if (s->native_ready.load(std::memory_order_acquire)) return true;
-  uintptr_t pc = uctx ? interrupted_pc(uctx) : 0;
-  return pc != 0 && g_alloc_hi > g_alloc_lo && (pc < g_alloc_lo || pc >= g_alloc_hi);
+// May a sample at `pc` unwind? Only outside the refused code: on every sample, not just a
+// thread's first, since any dlopen can make the next TLS access allocate.
+bool may_unwind(uintptr_t pc) {
+  if (!g_refused_found) return false;
+  for (const CodeRange& r : g_refused)
+    if (pc >= r.lo && pc < r.hi) return false;
+  return true;
 }
 
 // Extra per-sample counters (set_sample_counters in capture.h).
@@ -99,7 +116,8 @@ bool pool_text(Sample& smp, const dc_raw_frame& f, Sample::New* out) {
   return true;
 }
 
-// The sample itself (noinline: the unwind skips its frame): plain reads of this thread's own state and stack, plain writes into `smp`.
+// The sample itself (noinline: the unwind skips its frame): plain reads of this thread's own
+// state and stack, plain writes into `smp`.
 __attribute__((noinline)) void take_sample(ThreadState* s, Sample& smp, void* uctx) {
   smp.epoch = g_epoch.load(std::memory_order_relaxed);
   int overrun = timer_getoverrun(s->timer);
@@ -114,9 +132,17 @@ __attribute__((noinline)) void take_sample(ThreadState* s, Sample& smp, void* uc
     smp.op_anchor = top.anchor;
     smp.op_native_cut = top.native_cut;
   }
-  // skip 3: this function, the handler and the kernel's signal trampoline.
-  smp.n_ips = may_unwind(s, uctx) ? native::backtrace(smp.ips, kMaxNative, 3) : 0;
-  if (smp.n_ips > 0) s->native_ready.store(true, std::memory_order_release);
+  // Native frames: the whole unwind where it may, else the interrupted pc alone (its function
+  // still names where the time went: memcpy, malloc, the loader's symbol lookups).
+  const uintptr_t pc = g_native_in_handler && uctx ? interrupted_pc(uctx) : 0;
+  smp.pc_only = pc != 0 && !may_unwind(pc);
+  if (smp.pc_only) {
+    smp.ips[0] = pc;
+    smp.n_ips = 1;
+  } else {
+    // skip 3: this function, the handler and the kernel's signal trampoline.
+    smp.n_ips = pc != 0 ? native::backtrace(smp.ips, kMaxNative, 3) : 0;
+  }
   // (the frames' fingerprints go into `keys` first, each then becomes its frame's key)
   smp.n = g_opts.python ? dc_walk_python_sampled(dc_this_thread_state(), smp.frames, smp.keys,
                                                  kMaxPyDepth, s->code_memo)
@@ -245,10 +271,12 @@ void drain(ThreadState* s) {
     top.native_cut = smp.op_native_cut;
     NativePlace np;
     uint32_t node;
-    if (smp.n == 0 && !smp.has_op && s->thread_node != 0)  // a worker outside Python and ops
+    const bool worker = smp.n == 0 && !smp.has_op && s->thread_node != 0;
+    if (worker)  // a worker outside Python and ops
       node = place_native_only(t, s->thread_node, smp.ips, smp.n_ips, /*leaf_is_pc=*/true);
-    else if (native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n,
-                          smp.has_op ? &top : nullptr, nullptr, &np, /*leaf_is_pc=*/true))
+    else if (!smp.pc_only && native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n,
+                                          smp.has_op ? &top : nullptr, nullptr, &np,
+                                          /*leaf_is_pc=*/true))
       node = np.node;
     else
       node = node_for(t, d, nullptr, smp.frames, smp.n, smp.has_op, smp.op_node,
@@ -257,6 +285,7 @@ void drain(ThreadState* s) {
     // bytecodes of nothing): a marker, since time on the root itself is no context at all and
     // the exporters, whose stacks start below the root, would drop it.
     if (node == 0) node = t.child(0, t.named_frame(Kind::Marker, "<no Python frame>"));
+    if (smp.pc_only && !worker) node = place_leaf_only(t, node, smp.ips[0]);
     t.add(node, m_cpu_time, smp.weight * interval);
     for (int c = 0; c < smp.n_counters && c < nc; ++c)
       t.add(node, g_counter_metrics[c], static_cast<double>(smp.counters[c]));
@@ -265,7 +294,7 @@ void drain(ThreadState* s) {
 }
 
 void install_handler() {
-  find_allocator_code();
+  find_refused_code();
   if (g_handler_installed) return;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));

@@ -129,6 +129,7 @@ struct Sample {
   ScopeAnchor op_anchor;
   int op_native_cut;
   int n_ips;
+  bool pc_only;  // ips[0] is the interrupted pc alone: the handler may not unwind there
   uintptr_t ips[kMaxNative];
   dc_raw_frame frames[kMaxPyDepth];
   uint64_t keys[kMaxPyDepth];  // python_key of each frame, computed while its code was alive
@@ -230,9 +231,9 @@ struct ThreadState {
   // The owner's own, for the operator path's fingerprints (code_fingerprint).
   dc_code_memo op_code_memo[DC_CODE_MEMO_SLOTS] = {};
 
-  // Set by the owner once it has unwound outside a signal handler: libunwind is dlopen'ed, so
-  // its per-thread cache lives in TLS that glibc allocates (malloc) at a thread's first touch;
-  // touched first in the SIGPROF handler, that malloc can deadlock on the interrupted one.
+  // Set by the owner once it has unwound outside a signal handler, so that libunwind's
+  // per-thread cache (TLS that glibc allocates at a thread's first touch) is allocated before
+  // its samples unwind; the handler's own guard is may_unwind's (csrc/cct/sampler.cpp).
   std::atomic<bool> native_ready{false};
 
   // -- owner-only caches (reset on reuse) --

@@ -34,6 +34,23 @@ def build_malloc_threads(out_dir: Path) -> Path:
     return out
 
 
+def build_tls_libraries(out_dir: Path, copies: int) -> Path:
+    """Compiles ext/tls_allocating_init.c once and copies it `copies` times (distinct files, so
+    each load is a new object with its own TLS) into out_dir/tls; returns that directory."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc/cc) to build the test library")
+    lib_dir = out_dir / "tls"
+    lib_dir.mkdir()
+    first = lib_dir / "lib0.so"
+    source = SOURCE.parent / "tls_allocating_init.c"
+    subprocess.run([cc, "-shared", "-fPIC", "-g", "-O1", str(source), "-o", str(first)],
+                   check=True, capture_output=True, text=True)
+    for i in range(1, copies):
+        shutil.copyfile(first, lib_dir / f"lib{i}.so")
+    return lib_dir
+
+
 def call_lines() -> dict[str, int]:
     """Line of each `/* call:X */` marker in the source: where dcn_chain_X makes its call."""
     lines = {}

@@ -46,6 +46,40 @@ def test_fresh_threads_sampled_inside_malloc_do_not_deadlock(tmp_path):
 
 
 @pytest.mark.slow
+def test_libraries_loading_while_sampled_inside_malloc_do_not_deadlock(tmp_path):
+    # Each library has TLS, so each load bumps glibc's TLS generation, and its constructor then
+    # runs inside malloc. libunwind's cache is in TLS and libunwind is dlopen'ed, so a sample's
+    # unwind goes through __tls_get_addr, which after such a load grows the thread's DTV with
+    # realloc: over an interrupted malloc, the thread waited on its own arena lock (4 runs in 5
+    # hung before the handler refused to unwind in the allocator's, libc's and ld.so's code).
+    if os.environ.get("DEEPCONTEXT_CORE_DIR"):
+        pytest.skip("records with the installed package, not a standalone core")
+    from build_ext import build_tls_libraries
+
+    lib_dir = build_tls_libraries(tmp_path, 200)
+    out = tmp_path / "tls.dcprof"
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepcontext", "record", "-o", str(out), "--context",
+         "python,native", "--sample-interval", "0.0001", "--", sys.executable,
+         str(Path(__file__).parent / "_load_tls_libraries.py"), str(lib_dir)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.strip() == "loaded 200"
+    from deepcontext.tree import load
+
+    tree = load(out)
+    # Samples in the constructors' own code (outside malloc) still carry their native paths ...
+    inits = [n for n in tree.nodes
+             if n.frame.kind == "native" and n.frame.name == "dcn_init_allocating"]
+    assert inits and all("/tls/lib" in n.frame.file for n in inits), [n.frame for n in inits][:3]
+    # ... and those in the allocator keep their function, under the marker for the frames between
+    markers = [n for n in tree.nodes
+               if n.frame.kind == "marker" and n.frame.name == "<native unwind incomplete>"]
+    leaves = {tree.nodes[c].frame.name for m in markers for c in m.children}
+    assert any("malloc" in name or "free" in name for name in leaves), leaves
+
+
+@pytest.mark.slow
 def test_c_threads_living_in_malloc_are_measured_without_signals(tmp_path):
     # C threads that run no Python and no operator (found by the core's /proc scan) are foreign
     # pools: they are measured by reading their CPU clocks and never interrupted (XLA:CPU's pool
