@@ -271,9 +271,10 @@ void drain(ThreadState* s) {
     top.native_cut = smp.op_native_cut;
     NativePlace np;
     uint32_t node;
-    const bool worker = smp.n == 0 && !smp.has_op && s->thread_node != 0;
-    if (worker)  // a worker outside Python and ops
-      node = place_native_only(t, s->thread_node, smp.ips, smp.n_ips, /*leaf_is_pc=*/true);
+    if (smp.n == 0 && !smp.has_op && s->thread_node != 0)  // a worker outside Python and ops
+      node = smp.pc_only ? s->thread_node
+                         : place_native_only(t, s->thread_node, smp.ips, smp.n_ips,
+                                             /*leaf_is_pc=*/true);
     else if (!smp.pc_only && native_place(t, d, smp.ips, smp.n_ips, smp.frames, smp.n,
                                           smp.has_op ? &top : nullptr, nullptr, &np,
                                           /*leaf_is_pc=*/true))
@@ -285,7 +286,8 @@ void drain(ThreadState* s) {
     // bytecodes of nothing): a marker, since time on the root itself is no context at all and
     // the exporters, whose stacks start below the root, would drop it.
     if (node == 0) node = t.child(0, t.named_frame(Kind::Marker, "<no Python frame>"));
-    if (smp.pc_only && !worker) node = place_leaf_only(t, node, smp.ips[0]);
+    // (after its context, whichever it is: the frames between are what was not unwound)
+    if (smp.pc_only) node = place_leaf_only(t, node, smp.ips[0]);
     t.add(node, m_cpu_time, smp.weight * interval);
     for (int c = 0; c < smp.n_counters && c < nc; ++c)
       t.add(node, g_counter_metrics[c], static_cast<double>(smp.counters[c]));
