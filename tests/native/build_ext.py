@@ -11,13 +11,24 @@ from pathlib import Path
 SOURCE = Path(__file__).parent / "ext" / "dcnative_chain.c"
 
 
-def build(out_dir: Path) -> Path:
-    """Compiles the extension into out_dir (debug info on, sibling calls off); returns its path."""
+def _compiler() -> str:
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if cc is None:
-        raise RuntimeError("no C compiler (gcc/cc) to build the test extension")
+        raise RuntimeError("no C compiler (gcc/cc) to build the test code")
+    return cc
+
+
+def _compile_library(source: str, out: Path, *libs: str) -> Path:
+    """Compiles ext/<source> into the plain shared library `out` (debug info on, -O1)."""
+    subprocess.run([_compiler(), "-shared", "-fPIC", "-g", "-O1", str(SOURCE.parent / source),
+                    "-o", str(out), *libs], check=True, capture_output=True, text=True)
+    return out
+
+
+def build(out_dir: Path) -> Path:
+    """Compiles the extension into out_dir (debug info on, sibling calls off); returns its path."""
     out = out_dir / ("dcnative_chain" + sysconfig.get_config_var("EXT_SUFFIX"))
-    cmd = [cc, "-shared", "-fPIC", "-g", "-O1", "-fno-optimize-sibling-calls",
+    cmd = [_compiler(), "-shared", "-fPIC", "-g", "-O1", "-fno-optimize-sibling-calls",
            "-I", sysconfig.get_paths()["include"], str(SOURCE), "-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
@@ -25,27 +36,15 @@ def build(out_dir: Path) -> Path:
 
 def build_malloc_threads(out_dir: Path) -> Path:
     """Compiles ext/malloc_threads.c (C threads that live in malloc) into a plain library."""
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise RuntimeError("no C compiler (gcc/cc) to build the test library")
-    out = out_dir / "libdc_malloc_threads.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-g", "-O1", str(SOURCE.parent / "malloc_threads.c"),
-                    "-o", str(out), "-lpthread"], check=True, capture_output=True, text=True)
-    return out
+    return _compile_library("malloc_threads.c", out_dir / "libdc_malloc_threads.so", "-lpthread")
 
 
 def build_tls_libraries(out_dir: Path, copies: int) -> Path:
     """Compiles ext/tls_allocating_init.c once and copies it `copies` times (distinct files, so
     each load is a new object with its own TLS) into out_dir/tls; returns that directory."""
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        raise RuntimeError("no C compiler (gcc/cc) to build the test library")
     lib_dir = out_dir / "tls"
     lib_dir.mkdir()
-    first = lib_dir / "lib0.so"
-    source = SOURCE.parent / "tls_allocating_init.c"
-    subprocess.run([cc, "-shared", "-fPIC", "-g", "-O1", str(source), "-o", str(first)],
-                   check=True, capture_output=True, text=True)
+    first = _compile_library("tls_allocating_init.c", lib_dir / "lib0.so")
     for i in range(1, copies):
         shutil.copyfile(first, lib_dir / f"lib{i}.so")
     return lib_dir
