@@ -28,12 +28,14 @@ namespace {
 std::mutex& g_notes_mu = *new std::mutex();
 auto& g_notes = *new std::vector<std::string>();  // never destroyed (threads outlive exit)
 
-// Unwinds once on the calling thread, outside a signal handler, so its samples may unwind.
-void warm_native(ThreadState* s) {
-  if (!g_opts.native || s->native_ready.load(std::memory_order_relaxed)) return;
+// Unwinds once on the calling thread, outside a signal handler, so that libunwind's per-thread
+// cache (TLS that glibc allocates at a thread's first touch) exists before its first sample.
+// Safety does not rest on it: the handler unwinds only outside the allocator's, libc's and the
+// loader's code (may_unwind, sampler.cpp). It runs at a session's start and once per new thread.
+void warm_native() {
+  if (!g_opts.native) return;
   uintptr_t ips[4];
   native::backtrace(ips, 4, 0);
-  s->native_ready.store(true, std::memory_order_release);
 }
 }  // namespace
 
@@ -56,7 +58,7 @@ void start(const Options& opts) {
   if (opts.sample) install_handler();
   g_started.store(true);
   registry::arm_all();
-  warm_native(registry::self());
+  warm_native();
   g_enabled.store(true);
   start_sampler_thread();
 }
@@ -97,7 +99,7 @@ void rollback_metrics() {
   tree().rollback_metrics();
 }
 
-void register_current_thread() { warm_native(registry::self()); }
+void register_current_thread() { warm_native(); }
 
 void register_thread(unsigned long pthread_id, pid_t tid) {
   if (tid > 0) registry::adopt(tid, pthread_id);

@@ -31,7 +31,6 @@ namespace {
   const int n_ips = !g_opts.native ? 0
                     : in_op ? unwind_inside(s, *top, 1, ips, &n_read)
                             : (n_read = unwind_whole(s, 1, 0, ips));
-  if (g_opts.native) mark_native_ready(s);
   const uint64_t key = g_opts.native ? native_key(ips, n_read, n_ips, buf, n, top, kNoOpName) : 0;
   if (const ThreadState::NativeMemo* memo = memo_find(s, key)) return memo->node;
   uint32_t node = 0;

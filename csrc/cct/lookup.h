@@ -138,11 +138,6 @@ inline uint32_t context_under_op(Lookup& lk, ThreadState* s, const dc_raw_frame*
                   &top.anchor, py_node);
 }
 
-inline void mark_native_ready(ThreadState* s) {
-  if (!s->native_ready.load(std::memory_order_relaxed))
-    s->native_ready.store(true, std::memory_order_release);
-}
-
 // The first entry of `key`'s set in the thread's memo.
 inline size_t memo_set(uint64_t key) {
   return (key & (ThreadState::kMemoSets - 1)) * ThreadState::kMemoWays;

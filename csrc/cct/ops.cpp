@@ -184,7 +184,6 @@ template <bool kNative>
   const int n_ips = !native ? 0
                     : top ? unwind_inside(s, *top, 0, ips, &n_read)
                           : (n_read = unwind_whole(s, 0, name_hash, ips));
-  if (DC_UNLIKELY(native)) mark_native_ready(s);
   const bool wrapper = is_engine_wrapper(name);
   const bool backward_node = seq_nr >= 0 && (is_backward || wrapper);
   const uint64_t key = native ? native_key(ips, n_read, n_ips, buf, n, top, name_hash) : 0;

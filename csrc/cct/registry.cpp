@@ -128,7 +128,6 @@ ThreadState* make_locked(pid_t tid, Role role, clockid_t clock) {
   s->scope_chain.n = 0;
   s->scope_place.valid = false;
   s->under_op_path.n = 0;
-  s->native_ready.store(false);
   s->stack_hi = 0;  // (another thread's stack; the remembered stacks are offsets, kept)
   s->thread_node = 0;  // op_names / op_children / native_memo stay valid: ids are never removed
   ++s->generation;

@@ -231,11 +231,6 @@ struct ThreadState {
   // The owner's own, for the operator path's fingerprints (code_fingerprint).
   dc_code_memo op_code_memo[DC_CODE_MEMO_SLOTS] = {};
 
-  // Set by the owner once it has unwound outside a signal handler, so that libunwind's
-  // per-thread cache (TLS that glibc allocates at a thread's first touch) is allocated before
-  // its samples unwind; the handler's own guard is may_unwind's (csrc/cct/sampler.cpp).
-  std::atomic<bool> native_ready{false};
-
   // -- owner-only caches (reset on reuse) --
   // Prefix cache of the last full Python path, outermost first.
   int cache_n = 0;
