@@ -23,6 +23,9 @@ def test_recompiled_function_fires_at_the_line_with_most_compiles():
     assert f.evidence == {"compiles": 6, "compile_time_s": 0.6, "function": "jit(step)"}
     assert f.estimated_gain.seconds == 0.5  # all but one compilation's share
     assert "0.6 per step" in f.message and "train.py:40 (1x)" in f.message
+    # both causes' levers: a loop's changing shapes, and set-up code making one shape per layer
+    assert "keep the shapes fixed" in f.suggestion
+    assert "make them with numpy" in f.suggestion
 
 
 def test_a_compile_without_the_function_name_is_still_jax():

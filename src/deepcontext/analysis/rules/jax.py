@@ -96,9 +96,13 @@ class JaxRecompileRule(Rule):
                          f"spending {seconds(spent[name])}. JAX compiles once per distinct "
                          f"input shape, dtype, static argument value and pytree structure."),
                 evidence={"compiles": int(k), "compile_time_s": spent[name], "function": name},
-                suggestion=("keep the shapes fixed (pad or bucket the last batch and variable "
-                            "lengths), pass changing Python values as arrays instead of "
-                            "static_argnums, and see why each call missed the cache with "
+                suggestion=("in a loop, keep the shapes fixed (pad or bucket the last batch and "
+                            "variable lengths) and pass changing Python values as arrays instead "
+                            "of static_argnums; in set-up code that makes arrays of several "
+                            "shapes (parameters layer by layer with jax.random), make them with "
+                            "numpy (np.random.default_rng) and convert with jnp.asarray, which "
+                            "compiles nothing, where JAX's own random stream is not needed; see "
+                            "why each call missed the cache with "
                             "jax.config.update('jax_explain_cache_misses', True)"),
                 gain_seconds=gain,
                 method="compile time of every compilation but the first")
