@@ -58,6 +58,7 @@ void start(const Options& opts) {
   if (opts.sample) install_handler();
   g_started.store(true);
   registry::arm_all();
+  registry::self();  // (the starting thread runs Python: signaled, not found later as a worker)
   warm_native();
   g_enabled.store(true);
   start_sampler_thread();
@@ -99,7 +100,12 @@ void rollback_metrics() {
   tree().rollback_metrics();
 }
 
-void register_current_thread() { warm_native(); }
+void register_current_thread() {
+  // (a Python thread that runs no operator is registered only here; unregistered, the sampler
+  // thread's scan would find it and poll it as a worker, its time under `[thread] <name>`)
+  registry::self();
+  warm_native();
+}
 
 void register_thread(unsigned long pthread_id, pid_t tid) {
   if (tid > 0) registry::adopt(tid, pthread_id);
