@@ -58,8 +58,7 @@ void start(const Options& opts) {
   if (opts.sample) install_handler();
   g_started.store(true);
   registry::arm_all();
-  registry::self();  // (the starting thread runs Python: signaled, not found later as a worker)
-  warm_native();
+  register_current_thread();  // (the starting thread runs Python)
   g_enabled.store(true);
   start_sampler_thread();
 }
