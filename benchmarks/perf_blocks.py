@@ -10,6 +10,8 @@ profiler evicted its data from the caches).
 
     python benchmarks/perf_blocks.py --small --models gpt2_generate --rounds 8 --steps 25
     python benchmarks/perf_blocks.py --small --models gpt2_train --mode off --mode op --symbols 40
+    python benchmarks/perf_blocks.py --small --mode 'python,op,gpu%op-empty-callbacks' \
+        --mode python,op,gpu     # deepcontext's own work above RecordFunction's (models.py's floor)
 
 Needs ``perf`` (linux-tools) allowed to sample this user's processes (perf_event_paranoid <= 2;
 the kernel's own rows need <= 1 or root).
@@ -64,7 +66,11 @@ def child(args: argparse.Namespace) -> int:
                 if mode == "off":
                     block(mode)
                     continue
-                context, _, interval = mode.partition("@")
+                spec, _, diag = mode.partition("%")  # "%op-empty-callbacks": models.py's switch
+                os.environ.pop("DEEPCONTEXT_OP_DIAG", None)
+                if diag == "op-empty-callbacks":
+                    os.environ["DEEPCONTEXT_OP_DIAG"] = "empty-callbacks"
+                context, _, interval = spec.partition("@")
                 kw = {"sample_interval": float(interval)} if interval else {}
                 with deepcontext.profile(output=out, context=context, force=True,
                                          flush_interval=args.flush_interval, **kw) as prof:
@@ -133,7 +139,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--models", default="gpt2_generate", help="comma list from model_zoo.MODELS")
-    p.add_argument("--mode", action="append", help="off or a context[@interval]; repeatable "
+    p.add_argument("--mode", action="append",
+                   help="off or a context[@interval][%%op-empty-callbacks]; repeatable "
                    "(default: off, python,op,gpu); the first is the baseline")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--steps", type=int, default=25, help="steps a block")
