@@ -153,6 +153,9 @@ def main() -> int:
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.mode = args.mode or ["off", "python,op,gpu"]
+    for m in args.mode:
+        if m.partition("%")[2] not in ("", "op-empty-callbacks"):
+            p.error(f"--mode {m}: the only switch here is %op-empty-callbacks")
     sys.path.insert(0, str(HERE))
     if args.child:
         return child(args)
