@@ -72,6 +72,17 @@ def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float, floa
     return wall / n, sum(used) / n, used[0] / n
 
 
+def set_diag(diag: str) -> None:
+    """A mode's measuring switch, read by the core at each session's start: "op-..." sets
+    DEEPCONTEXT_OP_DIAG, anything else DEEPCONTEXT_GPU_DIAG, "" neither."""
+    os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
+    os.environ.pop("DEEPCONTEXT_OP_DIAG", None)
+    if diag.startswith("op-"):
+        os.environ["DEEPCONTEXT_OP_DIAG"] = diag[3:]
+    elif diag:
+        os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
+
+
 def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     """One block under ``mode`` ('off', 'torch' or a deepcontext context spec)."""
     if mode == "off":
@@ -99,12 +110,7 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     spec, _, diag = spec.partition("%")
     context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
     extra: dict = {"sample_interval": float(interval)} if interval else {}
-    os.environ.pop("DEEPCONTEXT_GPU_DIAG", None)
-    os.environ.pop("DEEPCONTEXT_OP_DIAG", None)
-    if diag.startswith("op-"):
-        os.environ["DEEPCONTEXT_OP_DIAG"] = diag[3:]
-    elif diag:
-        os.environ["DEEPCONTEXT_GPU_DIAG"] = diag
+    set_diag(diag)
     for option in options:
         if option == "perf":
             extra["perf"] = True

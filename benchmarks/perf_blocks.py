@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import os
 import shlex
 import shutil
 import subprocess
@@ -43,6 +42,7 @@ def child(args: argparse.Namespace) -> int:
 
     import deepcontext
     import model_zoo
+    from models import set_diag
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -67,9 +67,7 @@ def child(args: argparse.Namespace) -> int:
                     block(mode)
                     continue
                 spec, _, diag = mode.partition("%")  # "%op-empty-callbacks": models.py's switch
-                os.environ.pop("DEEPCONTEXT_OP_DIAG", None)
-                if diag == "op-empty-callbacks":
-                    os.environ["DEEPCONTEXT_OP_DIAG"] = "empty-callbacks"
+                set_diag(diag)
                 context, _, interval = spec.partition("@")
                 kw = {"sample_interval": float(interval)} if interval else {}
                 with deepcontext.profile(output=out, context=context, force=True,
