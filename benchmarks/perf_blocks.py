@@ -12,6 +12,7 @@ profiler evicted its data from the caches).
     python benchmarks/perf_blocks.py --small --models gpt2_train --mode off --mode op --symbols 40
     python benchmarks/perf_blocks.py --small --mode 'python,op,gpu%op-empty-callbacks' \
         --mode python,op,gpu     # deepcontext's own work above RecordFunction's (models.py's floor)
+    python benchmarks/perf_blocks.py --small --annotate dc::detail::chain_nodes  # where it waits
 
 Needs ``perf`` (linux-tools) allowed to sample this user's processes (perf_event_paranoid <= 2;
 the kernel's own rows need <= 1 or root).
@@ -97,6 +98,42 @@ def samples(data: Path) -> list[tuple[int, float, str, str]]:
     return rows
 
 
+def annotate(data: Path, symbol: str, least: float) -> list[str]:
+    """The instructions of `symbol` that hold at least `least` % of its samples (all blocks),
+    each under the source line it was compiled from: where a function waits (a build with
+    symbols: pip install . -Ccmake.build-type=RelWithDebInfo). With timer sampling a stalled
+    instruction's samples land on the one after it (a compare's load: on its branch)."""
+    text = subprocess.run(["perf", "annotate", "-i", str(data), "--stdio", "-s", symbol],
+                          capture_output=True, text=True).stdout
+    head = next((ln for ln in text.splitlines() if "Percent" in ln), None)
+    if head is None:
+        return [f"`{symbol}`: no samples (or no such symbol)", ""]
+    n = head.rpartition("(")[2].split()[0]
+    out = [f"`{symbol}` ({n} samples, all blocks):", "",
+           "| % | address | instruction | source line before it |", "|---:|---|---|---|"]
+    source = ""
+    for line in text.splitlines():
+        pct, sep, rest = line.partition(" : ")
+        if not sep:
+            continue
+        if not pct.strip():  # a source line: ": <line number>   <text>"
+            number, _, code = rest.strip().partition(" ")
+            code = code.strip()
+            # (an inlined function's name, "ns::f(args) const:", is no source line)
+            if number.isdigit() and code and not (code.endswith(":") and "(" in code):
+                source = code
+            continue
+        addr, _, instr = rest.strip().partition(":")
+        try:
+            share = float(pct)
+        except ValueError:
+            continue
+        if share >= least:
+            instr = " ".join(instr.split()).split(" <")[0]
+            out.append(f"| {share:.1f} | {addr} | `{instr}` | `{source[:70]}` |")
+    return out + [""]
+
+
 def table(blocks: list[list[str]], rows, modes: list[str], steps: int, freq: int, by: str,
           top: int) -> list[str]:
     spans = sorted((float(b[1]), float(b[2]), b[0]) for b in blocks)
@@ -147,6 +184,9 @@ def main() -> int:
     p.add_argument("--freq", type=int, default=4000, help="perf's samples a second")
     p.add_argument("--flush-interval", type=float, default=0.5)
     p.add_argument("--symbols", type=int, default=30, help="symbol rows shown")
+    p.add_argument("--annotate", action="append", default=[], metavar="SYMBOL",
+                   help="also the instructions of this symbol (as perf names it, e.g. "
+                        "dc::detail::chain_nodes) holding most of its samples; repeatable")
     p.add_argument("--markdown")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -190,6 +230,8 @@ def main() -> int:
             lines += ["", "By symbol (largest differences):", ""]
             lines += table(blocks, rows, args.mode, args.steps, args.freq, "sym", args.symbols)
             lines.append("")
+            for symbol in args.annotate:
+                lines += annotate(data, symbol, 2.0)
     text = "\n".join(lines)
     print(text)
     if args.markdown:
