@@ -72,6 +72,11 @@ def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float, floa
     return wall / n, sum(used) / n, used[0] / n
 
 
+#: The core's operator-layer switches (bindings/core.cpp, DEEPCONTEXT_OP_DIAG): every event
+#: returning at once (RecordFunction's own floor), or its lookups not fetched ahead.
+OP_SWITCHES = ("op-empty-callbacks", "op-no-prefetch")
+
+
 def set_diag(diag: str) -> None:
     """A mode's measuring switch, read by the core at each session's start: "op-..." sets
     DEEPCONTEXT_OP_DIAG, anything else DEEPCONTEXT_GPU_DIAG, "" neither."""
@@ -106,7 +111,8 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     # "gpu%no-callbacks": a measuring switch of csrc/gpu (DEEPCONTEXT_GPU_DIAG), e.g. CUPTI's
     # records with none of our per-launch work: the floor any CUPTI tracer pays;
     # "op%op-empty-callbacks": DEEPCONTEXT_OP_DIAG=empty-callbacks (bindings/core.cpp), the torch
-    # hook with every operator event returning at once: the floor RecordFunction itself sets
+    # hook with every operator event returning at once: the floor RecordFunction itself sets;
+    # "%op-no-prefetch": the operator events' lookups not fetched ahead (what that buys)
     spec, _, diag = spec.partition("%")
     context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
     extra: dict = {"sample_interval": float(interval)} if interval else {}

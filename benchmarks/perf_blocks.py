@@ -175,7 +175,8 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--models", default="gpt2_generate", help="comma list from model_zoo.MODELS")
     p.add_argument("--mode", action="append",
-                   help="off or a context[@interval][%%op-empty-callbacks]; repeatable "
+                   help="off or a context[@interval][%%op-empty-callbacks|%%op-no-prefetch]; "
+                   "repeatable "
                    "(default: off, python,op,gpu); the first is the baseline")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--steps", type=int, default=25, help="steps a block")
@@ -191,10 +192,12 @@ def main() -> int:
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.mode = args.mode or ["off", "python,op,gpu"]
-    for m in args.mode:
-        if m.partition("%")[2] not in ("", "op-empty-callbacks"):
-            p.error(f"--mode {m}: the only switch here is %op-empty-callbacks")
     sys.path.insert(0, str(HERE))
+    from models import OP_SWITCHES
+
+    for m in args.mode:
+        if m.partition("%")[2] not in ("", *OP_SWITCHES):
+            p.error(f"--mode {m}: the switches here are %{', %'.join(OP_SWITCHES)}")
     if args.child:
         return child(args)
     import model_zoo

@@ -57,6 +57,8 @@ int api_mem_device(const char* name, int totals) {
 // each operator event returns at once, so what is left is RecordFunction's own cost around our
 // callbacks: a measuring aid (benchmarks/models.py "op%op-empty-callbacks"), never a user
 // setting. Read at each start; the entry points are rewritten only when it changes.
+// DEEPCONTEXT_OP_DIAG=no-prefetch: each event's lookups are not fetched ahead (ops.cpp:
+// prefetch_next_event), to measure what that buys.
 void op_enter_ignored(const char*, uint64_t, int64_t, uint64_t, uint64_t, int) {}
 void op_exit_ignored(uint64_t, int) {}
 
@@ -123,6 +125,7 @@ NB_MODULE(_core, m) {
         if (python) dc_watch_code_deaths(1);  // (the GIL is held here: the walk's chain needs it)
         const char* diag = std::getenv("DEEPCONTEXT_OP_DIAG");
         const bool ignored = diag != nullptr && std::strcmp(diag, "empty-callbacks") == 0;
+        dc::set_op_prefetch(diag == nullptr || std::strcmp(diag, "no-prefetch") != 0);
         if ((g_api.op_enter == op_enter_ignored) != ignored) {
           g_api.op_enter = ignored ? op_enter_ignored : dc::op_enter;
           g_api.op_exit = ignored ? op_exit_ignored : dc::op_exit;

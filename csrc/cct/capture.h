@@ -54,6 +54,9 @@ void op_enter_linked(const char* name, uint64_t handle, uint32_t issuer);
 // seq_consumed: how many sequence numbers autograd nodes took while the op ran (from the op's
 // own), 0 if none, -1 if the caller cannot tell (then the number was recorded at entry).
 void op_exit(uint64_t handle, int seq_consumed = -1);
+// Whether an operator event fetches the lines its lookups will read ahead of them (on, unless a
+// benchmark measures what that buys: DEEPCONTEXT_OP_DIAG=no-prefetch).
+void set_op_prefetch(bool on);
 // Opens a non-operator scope (frame kind `kind`, e.g. DC_KIND_MODULE) on the operator stack,
 // closed by op_exit(handle): later ops and samples nest under it. `skip_py` innermost Python
 // frames (the hook that calls this) are left out of its context. Records no op metrics.

@@ -103,7 +103,10 @@ int chain_nodes(TreeWriter* t, ThreadState* s, dc_chain& c, int from, int first,
       continue;
     }
     const void* const instr = c.link[i].instr;
-    ThreadState::PlacedFrame& placed = s->placed_slot(instr, parent);
+    const uint16_t slot = ThreadState::placed_index(instr, parent);
+    s->placed_used[0] = s->placed_used[1];
+    s->placed_used[1] = slot;
+    ThreadState::PlacedFrame& placed = s->placed[slot];
     uint32_t child = 0;
     if (placed.instr == instr && placed.parent == parent && placed.epoch == epoch) {
       child = placed.node;

@@ -85,6 +85,12 @@ class Lookup {
     return f;
   }
 
+  // The pointer cache's slot for a name at this address.
+  static ThreadState::OpNameSlot& name_slot(ThreadState* s, const char* name) {
+    const uint64_t h = reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15ull;
+    return s->op_names[h >> (64 - ThreadState::kOpNameBits)];
+  }
+
  private:
   // Whether `name` is `text`. strncmp stops at the first NUL, so a shorter string in a reused
   // buffer is never read past its end.
@@ -106,11 +112,7 @@ class Lookup {
     return h ^ (h >> 32);
   }
 
-  // The pointer cache's slot for a name at this address.
-  ThreadState::OpNameSlot& name_slot(const char* name) {
-    const uint64_t h = reinterpret_cast<uintptr_t>(name) * 0x9E3779B97F4A7C15ull;
-    return s_->op_names[h >> (64 - ThreadState::kOpNameBits)];
-  }
+  ThreadState::OpNameSlot& name_slot(const char* name) { return name_slot(s_, name); }
 
   // (out of line: the lock is rare, and every caller of writer() would otherwise carry it)
   [[gnu::noinline]] void take_lock() { w_.emplace(tree()); }

@@ -1,6 +1,8 @@
 // An operator's exit without a lock: the thread counts it in its own tally (OpTally,
 // thread_state.h), and every drain folds what grew into the tree (op.count, op.time,
 // op.first_time, autograd.nodes).
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <optional>
 
@@ -13,8 +15,11 @@ OpTallySlot* take_tally_slot(ThreadState* s, uint32_t node) {
   if (s->phase.load(std::memory_order_relaxed) == Phase::Free) return nullptr;
   OpTally* t = s->tally;
   if (t == nullptr) {
-    t = static_cast<OpTally*>(std::calloc(1, sizeof(OpTally)));  // zero pages, touched lazily
-    if (t == nullptr) return nullptr;
+    // Zero pages, touched lazily, aligned for the slots' lines; never unmapped, like the state.
+    void* m = mmap(nullptr, sizeof(OpTally), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    t = static_cast<OpTally*>(m);
     __atomic_store_n(&s->tally, t, __ATOMIC_RELEASE);
   }
   // The node's slot from the thread's memo by node, else the next free one.
@@ -53,8 +58,9 @@ void fold_op_tallies(ThreadState* s) {
   std::optional<TreeWriter> w;
   for (uint32_t j = 0; j < used; ++j) {
     OpTally::Slot& sl = t->slots[j];
+    OpTallyFolded& f = t->folded[j];
     const int64_t count = __atomic_load_n(&sl.count, __ATOMIC_ACQUIRE);
-    if (count == sl.f_count) continue;  // (what else grew belongs to an exit still counting)
+    if (count == f.count) continue;  // (what else grew belongs to an exit still counting)
     const int64_t ns = __atomic_load_n(&sl.ns, __ATOMIC_RELAXED);
     const int64_t first = __atomic_load_n(&sl.first_ns, __ATOMIC_RELAXED);
     const int64_t created = __atomic_load_n(&sl.autograd, __ATOMIC_RELAXED);
@@ -62,16 +68,13 @@ void fold_op_tallies(ThreadState* s) {
     if (!w) w.emplace(tree());
     // A first call counts where the tree has no call of the context yet (another thread's, or
     // one before a rollback to a checkpoint that had it, came first otherwise).
-    if (first != sl.f_first_ns && w->value(node, m_op_count) == 0.0)
-      w->add(node, m_op_first_time, (first - sl.f_first_ns) * 1e-9);
-    w->add(node, m_op_time, (ns - sl.f_ns) * 1e-9);
-    w->add(node, m_op_count, static_cast<double>(count - sl.f_count));
-    if (created != sl.f_autograd)
-      w->add(node, m_autograd_nodes, static_cast<double>(created - sl.f_autograd));
-    sl.f_count = count;
-    sl.f_ns = ns;
-    sl.f_first_ns = first;
-    sl.f_autograd = created;
+    if (first != f.first_ns && w->value(node, m_op_count) == 0.0)
+      w->add(node, m_op_first_time, (first - f.first_ns) * 1e-9);
+    w->add(node, m_op_time, (ns - f.ns) * 1e-9);
+    w->add(node, m_op_count, static_cast<double>(count - f.count));
+    if (created != f.autograd)
+      w->add(node, m_autograd_nodes, static_cast<double>(created - f.autograd));
+    f = OpTallyFolded{count, ns, first, created};
   }
 }
 

@@ -60,12 +60,24 @@ struct ScopeAnchor {
   const void* frame_code[kFrames];
 };
 
-// One context's counts in a thread's operator tally (OpTally, below).
-struct OpTallySlot {
+// One context's counts in a thread's operator tally (OpTally, below): what an exit writes, in
+// one cache line, with what the thread's next event looked up last time after this one.
+struct alignas(64) OpTallySlot {
   uint32_t node;       // the op's context node
   uint32_t first_gen;  // owner-only: metrics generation of its last first call here
   int64_t count, ns, first_ns, autograd;
-  int64_t f_count, f_ns, f_first_ns, f_autograd;
+  // Owner-only: the next operator event entered after this op the last time, by the lines its
+  // lookups read: the Python context's node, its own node, and the placed-frame slots of its
+  // chain's innermost new frames (kNoPlaced: none). A loop runs the same events in the same
+  // order, so the next event's lookups are fetched while its Python stack is walked
+  // (ops.cpp: prefetch_next_event) instead of one after another, each a miss.
+  uint32_t then_parent, then_node;
+  uint16_t then_placed[2];
+};
+static_assert(sizeof(OpTallySlot) == 64, "one line");
+// What the drains have folded of a slot (op_tally.cpp), apart: no drain writes the owner's line.
+struct OpTallyFolded {
+  int64_t count, ns, first_ns, autograd;
 };
 
 // Every event reads or writes most of an entry, and between two events torch's and the
@@ -113,6 +125,7 @@ struct OpTally {
   // Taken in order of first use (a node's slot is in its NodeMemo), so a step's exits walk them
   // nearly in order; slots below `used` are published (release) for the drain.
   Slot slots[kSlots];
+  OpTallyFolded folded[kSlots];
   uint32_t used;
 };
 
@@ -346,12 +359,18 @@ struct ThreadState {
     uint32_t parent = 0, epoch = 0, node = 0;
   };
   static constexpr uint32_t kPlacedBits = 12;
+  static constexpr uint16_t kNoPlaced = 0xFFFF;
   PlacedFrame placed[1u << kPlacedBits];
-  PlacedFrame& placed_slot(const void* instr, uint32_t parent) {
+  static uint16_t placed_index(const void* instr, uint32_t parent) {
     const uint64_t h = (reinterpret_cast<uintptr_t>(instr) ^ (static_cast<uint64_t>(parent) << 32)) *
                        0x9E3779B97F4A7C15ull;
-    return placed[h >> (64 - kPlacedBits)];
+    return static_cast<uint16_t>(h >> (64 - kPlacedBits));
   }
+  // The placed-frame slots this event's chain looked up, the innermost last (kNoPlaced: none),
+  // and the tally slot + 1 of the last operator event entered (0: none): what the next event
+  // records as having come after it (OpTallySlot::then_placed).
+  uint16_t placed_used[2] = {kNoPlaced, kNoPlaced};
+  uint32_t last_tally = 0;
   // Memo of native placements: hash of everything a placement depends on (both stacks, the
   // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
   // 1 us, a hit the hash; nodes are never removed, so a hit stays valid. Sets of 4 (lookup.h:
