@@ -124,7 +124,7 @@ bool g_prefetch_next = true;  // (off only to measure it: set_op_prefetch)
 // time (OpTallySlot::then_*). Each lookup needs the one before it (a placed frame, then the
 // Python node's memo, then the op node's), and their lines had been evicted since the last
 // step, so they waited one after another: on GPT-2 generate 79% of chain_nodes' samples were
-// its placed-frame load. There 97% of the guesses hold, and chain_nodes took 30-44% less time
+// its placed-frame load. There 97% of the guesses hold, and chain_nodes took 29-44% less time
 // (cpu-2026-12-07-prefetch-*.md); a wrong guess costs only the fetches.
 // (Always inline: out of line, GCC's pure-const pass finds a function of prefetches "pure" and
 // drops its calls, whose result nothing uses.)
