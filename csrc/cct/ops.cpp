@@ -117,7 +117,7 @@ inline ThreadState* begin_op(uint32_t* epoch, int* d) {
   return *d < 0 ? nullptr : s;
 }
 
-bool g_prefetch_next = true;  // (off only to measure it: set_op_prefetch)
+std::atomic<bool> g_prefetch_next{true};  // (off only to measure it: set_op_prefetch)
 
 // Fetches, before the Python stack is walked, the lines this event's lookups will read: the op
 // name's first bytes and its pointer slot, and what the event after the last one read the last
@@ -181,7 +181,7 @@ template <bool kNative>
   int d;
   ThreadState* s = begin_op(&epoch, &d);
   if (s == nullptr) return;
-  if (g_prefetch_next) prefetch_next_event(s, name);
+  if (g_prefetch_next.load(std::memory_order_relaxed)) prefetch_next_event(s, name);
   OpEntry* top = d > 0 ? &s->ops[d - 1] : nullptr;
   // A nested operator's context is its parent's node unless Python ran in between (a Python
   // callback inside the op), which the innermost frame alone tells: most operator events are
@@ -312,7 +312,7 @@ template <bool kNative>
 
 }  // namespace
 
-void set_op_prefetch(bool on) { g_prefetch_next = on; }
+void set_op_prefetch(bool on) { g_prefetch_next.store(on, std::memory_order_relaxed); }
 
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, int flags) {
