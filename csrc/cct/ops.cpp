@@ -125,7 +125,7 @@ std::atomic<bool> g_prefetch_next{true};  // (off only to measure it: set_op_pre
 // Python node's memo, then the op node's), and their lines had been evicted since the last
 // step, so they waited one after another: on GPT-2 generate 79% of chain_nodes' samples were
 // its placed-frame load. There 97% of the guesses hold, and chain_nodes took 29-44% less time
-// (cpu-2026-12-07-prefetch-*.md); a wrong guess costs only the fetches.
+// (cpu-2026-12-07-prefetch-e27e25c.md); a wrong guess costs only the fetches.
 // (Always inline: out of line, GCC's pure-const pass finds a function of prefetches "pure" and
 // drops its calls, whose result nothing uses.)
 [[gnu::always_inline]] inline void prefetch_next_event(ThreadState* s, const char* name) {
