@@ -26,8 +26,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="models.py --json files")
     runs = [json.load(open(f))["results"] for f in p.parse_args().runs]
-    models = list(runs[0])
-    modes = [m for m in runs[0][models[0]]["rounds"][0] if m != "off"]
+    # (every model of any run, in the order first seen: one device call's run may hold only some)
+    models = list(dict.fromkeys(m for run in runs for m in run))
+    modes = [m for m in runs[0][next(iter(runs[0]))]["rounds"][0] if m != "off"]
     cols = modes + (["first / second"] if len(modes) >= 2 else []) + ["torch"]
     medians: dict[str, list[float]] = {c: [] for c in cols}
     print("| model | rounds | " + " | ".join(f"{c} CPU (IQR)" for c in cols) + " |")

@@ -177,7 +177,8 @@ def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
 
 def run(mode: str, steps: int, tmp: Path, cache: bool = False, code: str | None = None) -> dict:
     # "python,op%op-empty-callbacks": DEEPCONTEXT_OP_DIAG=empty-callbacks (bindings/core.cpp),
-    # the hook with every operator event returning at once: RecordFunction's own cost
+    # the hook with every operator event returning at once: RecordFunction's own cost;
+    # "%op-no-prefetch": the events' lookups not fetched ahead (ops.cpp)
     mode, _, diag = mode.partition("%")
     name = mode.replace(",", "_") + (f"_{diag}" if diag else "")
     out = tmp / f"{name}.dcprof"
@@ -259,10 +260,11 @@ def main() -> int:
     args.cache = args.cache or bool(args.code_lines)
     if args.cache and args.off:
         p.error("--cache: the unprofiled run's misses are measured again (leave out --off)")
+    from models import OP_SWITCHES  # (torch: imported only once the arguments are read)
+
     for mode in modes:  # (before the unprofiled run, which takes minutes)
-        diag = mode.partition("%")[2]
-        if diag and diag != "op-empty-callbacks":
-            p.error(f"--mode {mode}: the only switch here is %op-empty-callbacks")
+        if mode.partition("%")[2] not in ("", *OP_SWITCHES):
+            p.error(f"--mode {mode}: the switches here are %{', %'.join(OP_SWITCHES)}")
     if "off" in modes:  # (a profiled mode with no events would divide by zero below)
         p.error("--mode off: the unprofiled run is always made first (or given with --off)")
     if args.micro or args.lines:
