@@ -28,7 +28,7 @@ def main() -> int:
     runs = [json.load(open(f))["results"] for f in p.parse_args().runs]
     # (every model of any run, in the order first seen: one device call's run may hold only some)
     models = list(dict.fromkeys(m for run in runs for m in run))
-    modes = [m for m in runs[0][next(iter(runs[0]))]["rounds"][0] if m != "off"]
+    modes = [m for m in runs[0][models[0]]["rounds"][0] if m != "off"]  # (models[0]: runs[0]'s)
     cols = modes + (["first / second"] if len(modes) >= 2 else []) + ["torch"]
     medians: dict[str, list[float]] = {c: [] for c in cols}
     print("| model | rounds | " + " | ".join(f"{c} CPU (IQR)" for c in cols) + " |")
