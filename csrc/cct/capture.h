@@ -44,7 +44,9 @@ void ignore_thread(pid_t tid);
 // Hot paths, callable without the GIL.
 // flags (c_api.h's dc_op_flags): DC_OP_BACKWARD for an autograd node, DC_OP_SCOPE for a
 // record_function scope (USER_SCOPE), whose body runs after the frame that opened it has
-// returned (ScopeAnchor). The torch hook calls it directly (dc_api::op_enter).
+// returned (ScopeAnchor), DC_OP_AFTER_NODE for an operator the autograd engine runs after the
+// node it ran last on this thread (placed under that node). The torch hook calls it directly
+// (dc_api::op_enter).
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, int flags = 0);
 // An operator a thread runs for another thread's operator `issuer` (a node id): a backend's

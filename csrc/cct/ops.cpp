@@ -154,6 +154,15 @@ inline void record_next_event(ThreadState* s, uint32_t parent, uint32_t node, Op
   s->last_tally = slot != nullptr ? static_cast<uint32_t>(slot - t->slots) + 1 : 0;
 }
 
+// Whether an engine event outside any op (enter_event) has its place without the Python stack:
+// the engine's work after the node this thread ran last in this session (DC_OP_AFTER_NODE), or
+// a node whose forward line is recorded.
+bool engine_placed(const ThreadState* s, uint32_t epoch, bool after_node, int64_t seq_nr,
+                   uint64_t fwd_tid) {
+  if (after_node) return s->after_node != 0 && s->after_node_epoch == epoch;
+  return seq_nr >= 0 && forward_context(seq_nr, fwd_tid) != 0;
+}
+
 // The context of an event from its Python frames `buf` and the op open around it (`top`).
 // `above`: frames_above_op's count for them under `top`, -1 where not yet known.
 uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int n, int above,
@@ -176,7 +185,7 @@ uint32_t python_context(Lookup& lk, ThreadState* s, const dc_raw_frame* buf, int
 template <bool kNative>
 [[gnu::always_inline]] inline void enter_event(const char* name, uint64_t handle, int64_t seq_nr,
                                                uint64_t rf_tid, uint64_t fwd_tid, bool is_backward,
-                                               bool is_scope) {
+                                               bool is_scope, bool after_node) {
   uint32_t epoch;
   int d;
   ThreadState* s = begin_op(&epoch, &d);
@@ -188,13 +197,19 @@ template <bool kNative>
   // nested (88% in a GPT-2 training step), so the whole stack is walked only when that fails.
   dc_raw_frame buf[kMaxPyDepth];
   void* const py_state = g_opts.python ? dc_this_thread_state() : nullptr;
+  // The autograd engine's events outside any op, where its wrapper around each node is not
+  // recorded (torch_hook.cpp): a node whose forward line is known goes there, and the engine's
+  // work after a node under that node, so neither reads the Python stack (only its innermost
+  // frame, for what runs inside).
+  const bool engine = DC_UNLIKELY(top == nullptr && (after_node || is_backward)) &&
+                      engine_placed(s, epoch, after_node, seq_nr, fwd_tid);
   // Outside any op, only the frames newer than the unchanged outer part of the last such op's
   // are read (a GPT-2 step's outer frames are the same for every op it runs), into the thread's
   // chain, not `buf`: chain_context gives their nodes.
   constexpr int kNoChain = -2;
   int kept = kNoChain;
   int above = -1;  // (frames_above_op's count, once walk_to_op_frame has given it)
-  int n = py_state && top == nullptr && !kNative
+  int n = py_state && top == nullptr && !kNative && !engine
               ? dc_walk_python_since(py_state, &s->chain, kMaxPyDepth, &kept)
               : -1;
   // Python newer than an open scope's frame (the optimizer's loop in its step's scope): placed
@@ -204,7 +219,7 @@ template <bool kNative>
     n = 0;  // (frames in `buf`: none)
   } else {
     kept = kNoChain;
-    n = py_state ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
+    n = py_state && !engine ? dc_walk_python(py_state, buf, top != nullptr ? 1 : kMaxPyDepth) : 0;
     if (top != nullptr && py_state && (n > 0 ? buf[0].frame : nullptr) != top->py_frame) {
       if (!kNative && top->anchor.n > 0)
         in_scope = true;
@@ -215,7 +230,8 @@ template <bool kNative>
   // A nested event gets native frames only inside an op placed by its own call frame, with no
   // Python frame newer than the op's (native_place): else its stack would be walked for nothing
   // (71% of a GPT-2 training step's events run under autograd nodes, which have no call frame).
-  const bool native = kNative && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
+  const bool native =
+      kNative && !engine && nested_native_applies(top, n > 0 ? buf[0].frame : nullptr);
   uintptr_t ips[kMaxNative];
   int n_read = 0;
   const uint64_t name_hash = native ? std::hash<std::string_view>{}(name) : 0;
@@ -231,6 +247,13 @@ template <bool kNative>
   int cut = -1;
   bool pending;
   const void* py_frame = n > 0 ? buf[0].frame : nullptr;
+  if (DC_UNLIKELY(engine)) {
+    py_frame = py_state ? dc_python_frame(py_state) : nullptr;
+    if (after_node) {
+      parent = s->after_node;
+      py_node = s->after_node_py;
+    }
+  }
   {
     // Every lookup goes through the thread's caches; the common event never takes the lock.
     Lookup lk(s);
@@ -273,6 +296,11 @@ template <bool kNative>
   // Without an exit report (dispatch tier), the last op to see a number is the best guess for
   // the one that created the autograd node; with one, op_exit records it exactly.
   if (DC_LIKELY(!backward_node && seq_nr >= 0)) remember_forward(seq_nr, rf_tid, py_node);
+  if (DC_UNLIKELY(is_backward) && top == nullptr) {
+    s->after_node = node;
+    s->after_node_py = py_node;
+    s->after_node_epoch = epoch;
+  }
   OpEntry& e = s->ops[d];
   set_node(e, node);
   e.frame = frame;
@@ -306,8 +334,8 @@ template <bool kNative>
 
 [[gnu::noinline]] void enter_event_native(const char* name, uint64_t handle, int64_t seq_nr,
                                           uint64_t rf_tid, uint64_t fwd_tid, bool is_backward,
-                                          bool is_scope) {
-  enter_event<true>(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope);
+                                          bool is_scope, bool after_node) {
+  enter_event<true>(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope, after_node);
 }
 
 }  // namespace
@@ -317,10 +345,11 @@ void set_op_prefetch(bool on) { g_prefetch_next.store(on, std::memory_order_rela
 void op_enter(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
               uint64_t fwd_tid, int flags) {
   const bool is_backward = (flags & DC_OP_BACKWARD) != 0, is_scope = (flags & DC_OP_SCOPE) != 0;
+  const bool after_node = (flags & DC_OP_AFTER_NODE) != 0;
   if (DC_UNLIKELY(g_opts.native))
-    enter_event_native(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope);
+    enter_event_native(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope, after_node);
   else
-    enter_event<false>(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope);
+    enter_event<false>(name, handle, seq_nr, rf_tid, fwd_tid, is_backward, is_scope, after_node);
 }
 
 namespace {

@@ -371,6 +371,9 @@ struct ThreadState {
   // records as having come after it (OpTallySlot::then_placed).
   uint16_t placed_used[2] = {kNoPlaced, kNoPlaced};
   uint32_t last_tally = 0;
+  // The context of the last autograd node entered outside any operator on this thread, in
+  // session `after_node_epoch`: where the engine's bookkeeping after it goes (DC_OP_AFTER_NODE).
+  uint32_t after_node = 0, after_node_py = 0, after_node_epoch = 0;
   // Memo of native placements: hash of everything a placement depends on (both stacks, the
   // open op, the op's name; see native_key) -> where the event hangs. A splice costs about
   // 1 us, a hit the hash; nodes are never removed, so a hit stays valid. Sets of 4 (lookup.h:

@@ -12,6 +12,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/extension.h>
 
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -64,6 +66,10 @@ struct HookThread {
   // operator was entered (hide_alone): while it holds, a nested call's query is answered
   // without asking torch (its copy of the callback list is most of a query's cost).
   bool alone = false, hide_alone = false;
+  // The autograd node whose engine wrapper was left unrecorded last (null: none, or the engine
+  // has finished since), and whether that node's own event has begun (engine_flag).
+  const void* engine_node = nullptr;
+  bool node_entered = false;
 };
 thread_local HookThread t_hook;
 
@@ -104,6 +110,52 @@ std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
       th.alone = alone;
   }
   return cbs;
+}
+
+// -- the autograd engine's wrapper ---------------------------------------------------------------
+// The engine runs each backward node inside a FUNCTION-scope RecordFunction named
+// "autograd::engine::evaluate_function: <node>", a name torch builds (c10::str, an ostringstream)
+// only when a callback will see it: ~1,600 instructions, then RecordFunction's and our own work
+// for one more event. On GPT-2 training that wrapper was half of what recording its operators
+// cost (benchmarks/results/cpu-2026-12-07-engine-wrapper-*.md). Where ours is the only callback,
+// the wrapper is not started: its query (getStepCallbacks: the RECORD_FUNCTION macro's, which the
+// dispatcher does not use) finds none for the first FUNCTION-scope call after the engine took up
+// a new node. The node's own event (BACKWARD_FUNCTION) stays, under its forward line; what the
+// engine runs for the node after it (gradient accumulation, DDP's hooks) goes under the node
+// (DC_OP_AFTER_NODE). torch.profiler beside a session still sees every wrapper.
+using StepQueryAll = at::StepCallbacks (*)(at::RecordScope);
+StepQueryAll g_step = nullptr;  // torch's own getStepCallbacks
+
+at::StepCallbacks step_unless_wrapper(at::RecordScope scope) {
+  at::StepCallbacks cbs = g_step(scope);
+  HookThread& th = t_hook;
+  if (scope == at::RecordScope::FUNCTION && th.hiding == 0 && cbs.callbacks_.size() == 1 &&
+      cbs.callbacks_[0].start_ == &on_enter) {
+    const auto node = torch::autograd::get_current_node();
+    if (node && node.get() != th.engine_node) {
+      th.engine_node = node.get();
+      th.node_entered = false;
+      return at::StepCallbacks();
+    }
+  }
+  return cbs;
+}
+
+// The flag of an event on a thread whose engine left a wrapper unrecorded: DC_OP_AFTER_NODE for
+// an operator that the engine runs for that node after the node's own event began (an operator
+// inside the node is flagged too; the core places only those outside any operator by it).
+[[gnu::noinline]] int engine_flag(HookThread& th, at::RecordScope scope) {
+  const auto node = torch::autograd::get_current_node();
+  if (!node) {  // the backward pass has ended
+    th.engine_node = nullptr;
+    return 0;
+  }
+  if (node.get() != th.engine_node) return 0;  // (a node whose wrapper was recorded)
+  if (scope == at::RecordScope::BACKWARD_FUNCTION) {
+    th.node_entered = true;
+    return 0;
+  }
+  return scope == at::RecordScope::FUNCTION && th.node_entered ? DC_OP_AFTER_NODE : 0;
 }
 
 // -- torch's per-thread callback cache ----------------------------------------------------------
@@ -153,12 +205,13 @@ bool shows_python(const char* name) { return std::strncmp(name, "Python", 6) == 
 
 // name: fn.name(), which may point into a temporary (backward names): the core copies it.
 // (Inline in each caller: on every operator event's path, a call of its own was a line more.)
-[[gnu::always_inline]] inline void enter_op(const at::RecordFunction& fn, const char* name) {
+[[gnu::always_inline]] inline void enter_op(const at::RecordFunction& fn, const char* name,
+                                            int flags = 0) {
   const at::RecordScope scope = fn.scope();
   g_api->op_enter(name, fn.handle(), fn.seqNr(), fn.threadId(), fn.forwardThreadId(),
-                  scope == at::RecordScope::BACKWARD_FUNCTION ? DC_OP_BACKWARD
-                  : scope == at::RecordScope::USER_SCOPE    ? DC_OP_SCOPE
-                                                            : 0);
+                  flags | (scope == at::RecordScope::BACKWARD_FUNCTION ? DC_OP_BACKWARD
+                           : scope == at::RecordScope::USER_SCOPE      ? DC_OP_SCOPE
+                                                                       : 0));
 }
 
 // -- collectives (docs/multi-rank.md) -----------------------------------------------------------
@@ -238,7 +291,8 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     if (th.hiding == kUnclassified) classify_thread(th, th.alone);  // (the query not ours: nested)
     if (th.hiding == kIntraOpWorker || (th.hiding != 0 && !shows_python(name))) return nullptr;
   }
-  enter_op(fn, name);
+  const bool engine = __builtin_expect(th.engine_node != nullptr, 0);
+  enter_op(fn, name, engine ? engine_flag(th, fn.scope()) : 0);
   if (!g_nested && fn.scope() == at::RecordScope::FUNCTION) {
     if (!shows_its_calls(name)) {  // (th.hiding is 0 here: a hidden call returned above)
       th.hiding = fn.handle();
@@ -307,11 +361,12 @@ int rebind_for_session(bool nested) {
   if (g_query == nullptr) {
     g_query = &at::getStepCallbacksUnlessEmpty;  // (through our own GOT, which stays torch's)
     g_set_tls = &at::set_record_function_tls_;
+    g_step = &at::getStepCallbacks;
   }
   rebind(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(&set_tls_unless_same));
-  return nested ? 0
-                : rebind(reinterpret_cast<void*>(g_query),
-                         reinterpret_cast<void*>(&query_unless_hidden));
+  if (nested) return 0;  // (every operator, and the engine's wrappers)
+  rebind(reinterpret_cast<void*>(g_step), reinterpret_cast<void*>(&step_unless_wrapper));
+  return rebind(reinterpret_cast<void*>(g_query), reinterpret_cast<void*>(&query_unless_hidden));
 }
 
 // How many bindings of torch's `fn` point at `to` now.
@@ -320,11 +375,13 @@ int bound(void* fn, void* to) {
   return symbol ? g_api->bindings(symbol, to, reinterpret_cast<void*>(&rebind)) : 0;
 }
 
-// (query bindings, state-setter bindings) pointing at ours: what a session has rebound.
-std::pair<int, int> rebound() {
-  if (g_query == nullptr) return {0, 0};
+// (query bindings, state-setter bindings, wrapper-query bindings) pointing at ours now: what a
+// session has rebound.
+std::tuple<int, int, int> rebound() {
+  if (g_query == nullptr) return {0, 0, 0};
   return {bound(reinterpret_cast<void*>(g_query), reinterpret_cast<void*>(&query_unless_hidden)),
-          bound(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(&set_tls_unless_same))};
+          bound(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(&set_tls_unless_same)),
+          bound(reinterpret_cast<void*>(g_step), reinterpret_cast<void*>(&step_unless_wrapper))};
 }
 
 // Between sessions torch's own functions are bound again: unprofiled code pays nothing.
@@ -332,6 +389,7 @@ void unbind_after_session() {
   if (g_query == nullptr) return;
   rebind(reinterpret_cast<void*>(g_query), reinterpret_cast<void*>(g_query));
   rebind(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(g_set_tls));
+  rebind(reinterpret_cast<void*>(g_step), reinterpret_cast<void*>(g_step));
 }
 
 // Installed once per process and never removed (removing a global callback is only safe when no
@@ -457,7 +515,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "dispatcher bindings rebound to hide nested operators (0 with nested=True).");
   m.def("uninstall", &uninstall, "Disable the callback until the next install().");
   m.def("rebound", &rebound,
-        "(dispatcher query, RecordFunction state setter) bindings that point at ours now.");
+        "(dispatcher query, RecordFunction state setter, RECORD_FUNCTION query) bindings that "
+        "point at ours now.");
   m.def("memory_attach", &memory_attach,
         "Report the calling thread's allocations to the memory layer (False: slot taken).");
   m.def("memory_detach", &memory_detach, "Stop reporting the calling thread's allocations.");

@@ -302,9 +302,10 @@ def test_torch_profiler_beside_a_session_sees_the_backward_on_the_device_thread(
     proc = _run([str(program), str(tmp_path / "beside.dcprof"), "cuda"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
-        "session: query rebound True, state setter rebound True",
-        "torch.profiler saw: MmBackward0 aten::linear aten::matmul aten::mm aten::t",
-        "after the session: (0, 0)",
+        "session: query rebound True, state setter rebound True, wrapper query rebound True",
+        "torch.profiler saw: MmBackward0 aten::linear aten::matmul aten::mm aten::t "
+        "autograd::engine::evaluate_function: MmBackward0",
+        "after the session: (0, 0, 0)",
     ]
 
 

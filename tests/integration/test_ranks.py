@@ -92,9 +92,10 @@ def test_collectives_are_attributed_per_rank_exactly(torchrun_job):
     for rank in (0, 1):
         # 6 layers x 2 parameters x 2 steps, one all_reduce each
         assert _op_counts(tree, rank, prog, "PER_PARAM", "c10d::allreduce_") == 24
-        # DDP: one bucket per step, all-reduced from the AccumulateGrad that completed it
+        # DDP: one bucket per step, all-reduced from the AccumulateGrad that completed it (its
+        # hook, which the engine runs after the node: under the node)
         (backward,) = python_nodes(tree, prog, line_of(prog, "BACKWARD"))
-        acc = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+        acc = "torch::autograd::AccumulateGrad"
         (reduce,) = [n for n in subtree_ids(tree, backward)
                      if tree.nodes[n].frame.name == "c10d::allreduce_"]
         assert tree.nodes[tree.nodes[reduce].parent].frame.name == acc

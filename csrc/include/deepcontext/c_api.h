@@ -5,7 +5,7 @@
 #define DEEPCONTEXT_C_API_H
 #include <stdint.h>
 
-#define DC_API_VERSION 7
+#define DC_API_VERSION 8
 #define DC_API_CAPSULE "deepcontext._core.c_api"
 
 enum dc_frame_kind {
@@ -14,14 +14,16 @@ enum dc_frame_kind {
   DC_KIND_MODULE, DC_KIND_INSTRUCTION, DC_KIND_COUNT
 };
 
-enum dc_op_flags { DC_OP_BACKWARD = 1, DC_OP_SCOPE = 2 };
+enum dc_op_flags { DC_OP_BACKWARD = 1, DC_OP_SCOPE = 2, DC_OP_AFTER_NODE = 4 };
 
 typedef struct dc_api {
   uint32_t version;
   /* Operator entry/exit on the calling thread. handle identifies the event (exit pops only a
    * matching entry, so callbacks installed mid-op stay balanced). seq_nr < 0 means none;
    * flags: DC_OP_BACKWARD for autograd's BACKWARD_FUNCTION scope, DC_OP_SCOPE for a USER_SCOPE
-   * (record_function), whose body runs after its opening frame returns; fwd_tid the forward
+   * (record_function), whose body runs after its opening frame returns; DC_OP_AFTER_NODE for
+   * an operator the autograd engine runs for the node it just ran (its gradients' bookkeeping),
+   * where the engine's own wrapper around the node was not recorded; fwd_tid the forward
    * thread. */
   void (*op_enter)(const char* name, uint64_t handle, int64_t seq_nr, uint64_t rf_tid,
                    uint64_t fwd_tid, int flags);
