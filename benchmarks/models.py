@@ -74,7 +74,7 @@ def block(step, n: int, dev: str, tick=lambda: None) -> tuple[float, float, floa
 
 #: The core's operator-layer switches (bindings/core.cpp, DEEPCONTEXT_OP_DIAG): every event
 #: returning at once (RecordFunction's own floor), or its lookups not fetched ahead.
-OP_SWITCHES = ("op-empty-callbacks", "op-no-prefetch")
+OP_SWITCHES = ("op-empty-callbacks", "op-no-prefetch", "op-keep-wrappers")
 
 
 def set_diag(diag: str) -> None:
@@ -112,7 +112,8 @@ def run(mode: str, step, n: int, dev: str, tmp: Path) -> dict:
     # records with none of our per-launch work: the floor any CUPTI tracer pays;
     # "op%op-empty-callbacks": DEEPCONTEXT_OP_DIAG=empty-callbacks (bindings/core.cpp), the torch
     # hook with every operator event returning at once: the floor RecordFunction itself sets;
-    # "%op-no-prefetch": the operator events' lookups not fetched ahead (what that buys)
+    # "%op-no-prefetch": the operator events' lookups not fetched ahead (what that buys);
+    # "%op-keep-wrappers": the autograd engine's evaluate_function wrappers recorded (torch_hook)
     spec, _, diag = spec.partition("%")
     context, _, interval = spec.partition("@")  # "python,op@0": CPU sampler off
     extra: dict = {"sample_interval": float(interval)} if interval else {}

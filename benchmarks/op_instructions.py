@@ -178,7 +178,8 @@ def code_lines(dump: Path, ops: float, pattern: str) -> list[str]:
 def run(mode: str, steps: int, tmp: Path, cache: bool = False, code: str | None = None) -> dict:
     # "python,op%op-empty-callbacks": DEEPCONTEXT_OP_DIAG=empty-callbacks (bindings/core.cpp),
     # the hook with every operator event returning at once: RecordFunction's own cost;
-    # "%op-no-prefetch": the events' lookups not fetched ahead (ops.cpp)
+    # "%op-no-prefetch": the events' lookups not fetched ahead (ops.cpp); "%op-keep-wrappers":
+    # the autograd engine's evaluate_function wrappers recorded (torch_hook.cpp)
     mode, _, diag = mode.partition("%")
     name = mode.replace(",", "_") + (f"_{diag}" if diag else "")
     out = tmp / f"{name}.dcprof"

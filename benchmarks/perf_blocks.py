@@ -175,7 +175,7 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--models", default="gpt2_generate", help="comma list from model_zoo.MODELS")
     p.add_argument("--mode", action="append",
-                   help="off or a context[@interval][%%op-empty-callbacks|%%op-no-prefetch]; "
+                   help="off or a context[@interval][%%SWITCH: models.OP_SWITCHES]; "
                         "repeatable (default: off, python,op,gpu); the first is the baseline")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--steps", type=int, default=25, help="steps a block")

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -365,7 +366,11 @@ int rebind_for_session(bool nested) {
   }
   rebind(reinterpret_cast<void*>(g_set_tls), reinterpret_cast<void*>(&set_tls_unless_same));
   if (nested) return 0;  // (every operator, and the engine's wrappers)
-  rebind(reinterpret_cast<void*>(g_step), reinterpret_cast<void*>(&step_unless_wrapper));
+  // (DEEPCONTEXT_OP_DIAG=keep-wrappers: the wrappers recorded as before 7988687, a measuring aid
+  // for benchmarks/models.py's "%op-keep-wrappers", never a user setting)
+  const char* diag = std::getenv("DEEPCONTEXT_OP_DIAG");
+  if (diag == nullptr || std::strcmp(diag, "keep-wrappers") != 0)
+    rebind(reinterpret_cast<void*>(g_step), reinterpret_cast<void*>(&step_unless_wrapper));
   return rebind(reinterpret_cast<void*>(g_query), reinterpret_cast<void*>(&query_unless_hidden));
 }
 
