@@ -116,10 +116,10 @@ std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
 // -- the autograd engine's wrapper ---------------------------------------------------------------
 // The engine runs each backward node inside a FUNCTION-scope RecordFunction named
 // "autograd::engine::evaluate_function: <node>", a name torch builds (c10::str, an ostringstream)
-// only when a callback will see it: ~1,600 instructions, then RecordFunction's and our own work
+// only when a callback will see it: ~3,200 instructions, then RecordFunction's and our own work
 // for one more event. On GPT-2 training that wrapper was half of what recording its operators
-// cost (benchmarks/results/cpu-2026-12-07-engine-wrapper-*.md). Where ours is the only callback,
-// the wrapper is not started: its query (getStepCallbacks: the RECORD_FUNCTION macro's, which the
+// cost (benchmarks/results/cpu-2026-12-08-engine-wrapper-b63a5aa.md). Where ours is the only
+// callback, the wrapper is not started: its query (getStepCallbacks: the RECORD_FUNCTION macro's, which the
 // dispatcher does not use) finds none for the first FUNCTION-scope call after the engine took up
 // a new node. The node's own event (BACKWARD_FUNCTION) stays, under its forward line; what the
 // engine runs for the node after it (gradient accumulation, DDP's hooks) goes under the node
