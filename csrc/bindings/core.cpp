@@ -188,13 +188,11 @@ NB_MODULE(_core, m) {
   m.def("ignore_thread", [](long tid) { dc::ignore_thread(static_cast<pid_t>(tid)); }, "tid"_a,
         "Never measure this thread (the profiler's own).");
   m.def("op_enter", [](const std::string& name, int64_t seq_nr, bool is_backward, uint64_t fwd_tid,
-                       uint64_t rf_tid, bool after_node) {
+                       uint64_t rf_tid) {
         uint64_t h = g_py_handles.fetch_add(1);
-        dc::op_enter(name.c_str(), h, seq_nr, rf_tid, fwd_tid,
-                     (is_backward ? DC_OP_BACKWARD : 0) | (after_node ? DC_OP_AFTER_NODE : 0));
+        dc::op_enter(name.c_str(), h, seq_nr, rf_tid, fwd_tid, is_backward ? DC_OP_BACKWARD : 0);
         return h;
-      }, "name"_a, "seq_nr"_a = -1, "is_backward"_a = false, "fwd_tid"_a = 0, "rf_tid"_a = 0,
-     "after_node"_a = false);
+      }, "name"_a, "seq_nr"_a = -1, "is_backward"_a = false, "fwd_tid"_a = 0, "rf_tid"_a = 0);
   m.def("op_exit", [](uint64_t handle) { dc::op_exit(handle, -1); }, "handle"_a);
   // (const char*: the module layer passes the same cached strings every call, read in place;
   // the core's frame memo knows them by address)

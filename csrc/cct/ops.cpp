@@ -154,13 +154,13 @@ inline void record_next_event(ThreadState* s, uint32_t parent, uint32_t node, Op
   s->last_tally = slot != nullptr ? static_cast<uint32_t>(slot - t->slots) + 1 : 0;
 }
 
-// Whether an engine event outside any op (enter_event) has its place without the Python stack:
-// the engine's work after the node this thread ran last in this session (DC_OP_AFTER_NODE), or
-// a node whose forward line is recorded.
-bool engine_placed(const ThreadState* s, uint32_t epoch, bool after_node, int64_t seq_nr,
-                   uint64_t fwd_tid) {
-  if (after_node) return s->after_node != 0 && s->after_node_epoch == epoch;
-  return seq_nr >= 0 && forward_context(seq_nr, fwd_tid) != 0;
+// Where an engine event outside any op (enter_event) goes without the Python stack, or 0: the
+// engine's work after the node this thread ran last in this session (DC_OP_AFTER_NODE) under
+// that node; a node under the forward line recorded for it (forward_context's node).
+uint32_t engine_place(const ThreadState* s, uint32_t epoch, bool after_node, int64_t seq_nr,
+                      uint64_t fwd_tid) {
+  if (after_node) return s->after_node_epoch == epoch ? s->after_node : 0;
+  return seq_nr >= 0 ? forward_context(seq_nr, fwd_tid) : 0;
 }
 
 // The context of an event from its Python frames `buf` and the op open around it (`top`).
@@ -201,8 +201,10 @@ template <bool kNative>
   // recorded (torch_hook.cpp): a node whose forward line is known goes there, and the engine's
   // work after a node under that node, so neither reads the Python stack (only its innermost
   // frame, for what runs inside).
-  const bool engine = DC_UNLIKELY(top == nullptr && (after_node || is_backward)) &&
-                      engine_placed(s, epoch, after_node, seq_nr, fwd_tid);
+  const uint32_t place = DC_UNLIKELY(top == nullptr && (after_node || is_backward))
+                            ? engine_place(s, epoch, after_node, seq_nr, fwd_tid)
+                            : 0;
+  const bool engine = place != 0;
   // Outside any op, only the frames newer than the unchanged outer part of the last such op's
   // are read (a GPT-2 step's outer frames are the same for every op it runs), into the thread's
   // chain, not `buf`: chain_context gives their nodes.
@@ -250,7 +252,7 @@ template <bool kNative>
   if (DC_UNLIKELY(engine)) {
     py_frame = py_state ? dc_python_frame(py_state) : nullptr;
     if (after_node) {
-      parent = s->after_node;
+      parent = place;
       py_node = s->after_node_py;
     }
   }
@@ -261,7 +263,7 @@ template <bool kNative>
     const uint32_t chained = kept != kNoChain ? chain_context(lk, s, kept, &py_frame) : 0;
     if (top && DC_UNLIKELY(top->pending)) resolve_pending(lk, *top, backward_node ? seq_nr : -1, fwd_tid);
     if (backward_node && !(top && top->seq_nr == seq_nr)) {
-      uint32_t fwd = forward_context(seq_nr, fwd_tid);
+      const uint32_t fwd = engine && !after_node ? place : forward_context(seq_nr, fwd_tid);
       if (fwd != 0) {
         py_node = fwd;
         parent = lk.child(fwd, lk.backward_marker());

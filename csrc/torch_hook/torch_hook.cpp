@@ -119,11 +119,11 @@ std::optional<at::StepCallbacks> query_unless_hidden(at::RecordScope scope) {
 // only when a callback will see it: ~3,200 instructions, then RecordFunction's and our own work
 // for one more event. On GPT-2 training that wrapper was half of what recording its operators
 // cost (benchmarks/results/cpu-2026-12-08-engine-wrapper-b63a5aa.md). Where ours is the only
-// callback, the wrapper is not started: its query (getStepCallbacks: the RECORD_FUNCTION macro's, which the
-// dispatcher does not use) finds none for the first FUNCTION-scope call after the engine took up
-// a new node. The node's own event (BACKWARD_FUNCTION) stays, under its forward line; what the
-// engine runs for the node after it (gradient accumulation, DDP's hooks) goes under the node
-// (DC_OP_AFTER_NODE). torch.profiler beside a session still sees every wrapper.
+// callback, the wrapper is not started: its query (getStepCallbacks: the RECORD_FUNCTION macro's,
+// which the dispatcher does not use) finds none for the first FUNCTION-scope call after the
+// engine took up a new node. The node's own event (BACKWARD_FUNCTION) stays, under its forward
+// line; what the engine runs for the node after it (gradient accumulation, DDP's hooks) goes
+// under the node (DC_OP_AFTER_NODE). torch.profiler beside a session still sees every wrapper.
 using StepQueryAll = at::StepCallbacks (*)(at::RecordScope);
 StepQueryAll g_step = nullptr;  // torch's own getStepCallbacks
 
